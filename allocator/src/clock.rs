@@ -1,0 +1,36 @@
+//! Clocks that neither allocate nor take locks (vDSO `clock_gettime`).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Monotonic nanoseconds at initialisation; times in records are relative to it.
+// Relaxed: written once during `config::init`, before MODE is published.
+static START_MONO: AtomicU64 = AtomicU64::new(0);
+
+fn read(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock ids used here are
+    // always supported on Linux. On failure `ts` stays zero.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    (ts.tv_sec as u64)
+        .wrapping_mul(1_000_000_000)
+        .wrapping_add(ts.tv_nsec as u64)
+}
+
+/// Records the process's time origin.
+pub(crate) fn init() {
+    START_MONO.store(read(libc::CLOCK_MONOTONIC), Ordering::Relaxed);
+}
+
+/// Nanoseconds since heaptag initialised (monotonic).
+#[inline]
+pub fn now_ns() -> u64 {
+    read(libc::CLOCK_MONOTONIC).saturating_sub(START_MONO.load(Ordering::Relaxed))
+}
+
+/// Wall-clock nanoseconds since the Unix epoch.
+pub(crate) fn wall_ns() -> u64 {
+    read(libc::CLOCK_REALTIME)
+}

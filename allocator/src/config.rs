@@ -1,0 +1,206 @@
+//! Run-time settings: compiled-in defaults from the [`Alloc`](crate::Alloc)
+//! builder, overridden by environment variables read once, at the first
+//! allocation, without allocating.
+//!
+//! | variable | meaning | default |
+//! | --- | --- | --- |
+//! | `HEAPTAG` | `off` (or `0`, `false`) makes the wrapper a pass-through | on |
+//! | `HEAPTAG_THRESHOLD` | size from which blocks are tracked exactly (`0`: all) | 64 KiB |
+//! | `HEAPTAG_SAMPLE_RATE` | mean bytes between samples of small blocks (`0`: none) | 512 KiB |
+//! | `HEAPTAG_SEED` | salt of the sampling hash (reproducible runs) | random |
+//!
+//! Sizes accept a plain number of bytes or a `K`/`KiB`, `M`/`MiB`, `G`/`GiB`
+//! suffix (binary units). A value that does not parse is ignored with a one-line
+//! message on stderr and counted in [`Health::config_errors`](crate::Health).
+
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+/// Settings an [`Alloc`](crate::Alloc) carries as compiled-in defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Whether tracking is on (the `HEAPTAG` variable can still switch it off).
+    pub enabled: bool,
+    /// Blocks of at least this many bytes are tracked exactly by address.
+    pub threshold: usize,
+    /// Mean number of bytes between two sampled small blocks; 0 disables sampling.
+    pub sample_rate: u64,
+    /// Salt of the sampling hash; `None` picks one per run.
+    pub seed: Option<u64>,
+}
+
+impl Settings {
+    /// The defaults DESIGN.md states: on, 64 KiB threshold, 512 KiB sample rate.
+    pub const DEFAULT: Settings = Settings {
+        enabled: true,
+        threshold: 64 * 1024,
+        sample_rate: 512 * 1024,
+        seed: None,
+    };
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
+/// Not yet initialised: the first allocation will read the settings.
+pub(crate) const UNINIT: u8 = 0;
+/// One thread is reading the settings; others pass through (counted).
+pub(crate) const INITIALIZING: u8 = 1;
+/// Tracking is on.
+pub(crate) const ON: u8 = 2;
+/// Tracking is off for the life of the process: a load and a branch per call.
+pub(crate) const OFF: u8 = 3;
+
+/// The process-wide mode. Acquire loads pair with the Release store at the end
+/// of [`init`], so a thread that sees `ON` also sees the settings below.
+pub(crate) static MODE: AtomicU8 = AtomicU8::new(UNINIT);
+// The settings below are written once in `init` before `MODE` is published
+// with Release; hot-path readers load them Relaxed after an Acquire of `MODE`.
+pub(crate) static THRESHOLD: AtomicUsize = AtomicUsize::new(64 * 1024);
+pub(crate) static SAMPLE_RATE: AtomicU64 = AtomicU64::new(512 * 1024);
+/// `u64::MAX / SAMPLE_RATE` (0 when sampling is off): the fast-reject scale,
+/// precomputed so the hot path never divides.
+pub(crate) static SAMPLE_SCALE: AtomicU64 = AtomicU64::new(u64::MAX / (512 * 1024));
+pub(crate) static SALT: AtomicU64 = AtomicU64::new(0);
+/// Number of environment values that did not parse.
+pub(crate) static CONFIG_ERRORS: AtomicU64 = AtomicU64::new(0);
+
+/// Reads the environment over `defaults` and publishes the mode. Called by the
+/// first allocation; every other caller returns the mode it finds.
+#[cold]
+pub(crate) fn init(defaults: &Settings) -> u8 {
+    // Acquire on success/failure: see the MODE comment.
+    match MODE.compare_exchange(UNINIT, INITIALIZING, Ordering::Acquire, Ordering::Acquire) {
+        Ok(_) => {}
+        Err(mode) => return mode,
+    }
+    let mut s = *defaults;
+    if let Some(v) = getenv(c"HEAPTAG") {
+        match v {
+            b"off" | b"0" | b"false" | b"no" => s.enabled = false,
+            b"on" | b"1" | b"true" | b"yes" | b"" => s.enabled = true,
+            _ => complain(b"HEAPTAG", v, b"expected on or off"),
+        }
+    }
+    if let Some(v) = getenv(c"HEAPTAG_THRESHOLD") {
+        match parse_size(v) {
+            Some(n) => s.threshold = usize::try_from(n).unwrap_or(usize::MAX),
+            None => complain(b"HEAPTAG_THRESHOLD", v, b"expected a size such as 65536 or 64K"),
+        }
+    }
+    if let Some(v) = getenv(c"HEAPTAG_SAMPLE_RATE") {
+        match parse_size(v) {
+            Some(n) => s.sample_rate = n,
+            None => complain(b"HEAPTAG_SAMPLE_RATE", v, b"expected a size such as 512K"),
+        }
+    }
+    if let Some(v) = getenv(c"HEAPTAG_SEED") {
+        match parse_size(v) {
+            Some(n) => s.seed = Some(n),
+            None => complain(b"HEAPTAG_SEED", v, b"expected an integer"),
+        }
+    }
+    THRESHOLD.store(s.threshold, Ordering::Relaxed);
+    SAMPLE_RATE.store(s.sample_rate, Ordering::Relaxed);
+    SAMPLE_SCALE.store(u64::MAX.checked_div(s.sample_rate).unwrap_or(0), Ordering::Relaxed);
+    SALT.store(s.seed.unwrap_or_else(random_salt), Ordering::Relaxed);
+    crate::clock::init();
+    crate::tag::init();
+    let mode = if s.enabled { ON } else { OFF };
+    // Release: publishes the settings stored above.
+    MODE.store(mode, Ordering::Release);
+    mode
+}
+
+/// Reads an environment variable without allocating.
+fn getenv(name: &std::ffi::CStr) -> Option<&'static [u8]> {
+    // SAFETY: `name` is NUL-terminated. getenv returns a pointer into the
+    // environment block, which stays valid unless the program calls setenv
+    // concurrently (a documented hazard of setenv itself); we copy nothing and
+    // read it only here, during initialisation.
+    let p = unsafe { libc::getenv(name.as_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: a non-null getenv result is a NUL-terminated C string.
+    Some(unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes())
+}
+
+/// Parses `123`, `64K`, `64KiB`, `1M`, `2GiB` (binary units, case-insensitive).
+pub(crate) fn parse_size(v: &[u8]) -> Option<u64> {
+    let v = trim(v);
+    let digits = v.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &b in &v[..digits] {
+        n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    let unit = trim(&v[digits..]);
+    let shift = match unit {
+        b"" | b"b" | b"B" => 0,
+        b"k" | b"K" | b"KiB" | b"kib" | b"KB" | b"kb" => 10,
+        b"m" | b"M" | b"MiB" | b"mib" | b"MB" | b"mb" => 20,
+        b"g" | b"G" | b"GiB" | b"gib" | b"GB" | b"gb" => 30,
+        _ => return None,
+    };
+    n.checked_mul(1u64 << shift)
+}
+
+fn trim(v: &[u8]) -> &[u8] {
+    let start = v.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(v.len());
+    let end = v.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(start, |e| e + 1);
+    &v[start..end]
+}
+
+/// Writes `heaptag: ignoring NAME=VALUE: WHY` to stderr without allocating.
+fn complain(name: &[u8], value: &[u8], why: &[u8]) {
+    CONFIG_ERRORS.fetch_add(1, Ordering::Relaxed);
+    let mut buf = [0u8; 256];
+    let mut len = 0;
+    for part in [b"heaptag: ignoring ".as_slice(), name, b"=", value, b": ", why, b"\n"] {
+        let n = part.len().min(buf.len() - len);
+        buf[len..len + n].copy_from_slice(&part[..n]);
+        len += n;
+    }
+    // SAFETY: `buf[..len]` is initialised memory we own; fd 2 may be closed,
+    // in which case write fails harmlessly and we ignore it.
+    let _ = unsafe { libc::write(2, buf.as_ptr().cast(), len) };
+}
+
+/// A per-run salt from the clock, the pid and ASLR (a stack address).
+fn random_salt() -> u64 {
+    let stack = 0u8;
+    let addr = std::ptr::addr_of!(stack) as u64;
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u64;
+    crate::internal::mix64(crate::clock::wall_ns() ^ addr.rotate_left(17) ^ (pid << 40))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse_with_binary_units() {
+        assert_eq!(parse_size(b"0"), Some(0));
+        assert_eq!(parse_size(b"65536"), Some(65536));
+        assert_eq!(parse_size(b"64K"), Some(65536));
+        assert_eq!(parse_size(b" 64 KiB "), Some(65536));
+        assert_eq!(parse_size(b"1M"), Some(1 << 20));
+        assert_eq!(parse_size(b"2GiB"), Some(2 << 30));
+    }
+
+    #[test]
+    fn bad_sizes_are_rejected() {
+        assert_eq!(parse_size(b""), None);
+        assert_eq!(parse_size(b"K"), None);
+        assert_eq!(parse_size(b"12X"), None);
+        assert_eq!(parse_size(b"-1"), None);
+        assert_eq!(parse_size(b"99999999999999999999"), None);
+        assert_eq!(parse_size(b"99999999999G"), None);
+    }
+}

@@ -1,0 +1,108 @@
+//! The side table of tracked and sampled blocks, keyed by address.
+//!
+//! Only tracked (>= threshold) and sampled blocks enter it, so it is touched
+//! on a small fraction of calls. It is split into shards by a hash of the
+//! address; each shard is a hashbrown map behind a `std::sync::Mutex`
+//! (a futex: no allocation, a few nanoseconds uncontended) whose memory comes
+//! from the internal heap, so nothing in a critical section can call back into
+//! the global allocator. Critical sections are a single insert or remove.
+//!
+//! Ordering rule that keeps the table exact under address reuse: a block's
+//! entry is inserted after the inner allocator returns it and removed *before*
+//! the block is handed back to the inner allocator (free, or a realloc that may
+//! move it). Between those two points no other thread can be given the same
+//! address.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use hashbrown::HashMap;
+
+use crate::internal::{mix64, Internal, MixBuild};
+
+const SHARDS: usize = 128;
+
+/// What heaptag knows of one tracked or sampled block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Entry {
+    /// Requested size in bytes.
+    pub(crate) size: u64,
+    /// Nanoseconds since start at allocation (or last move by realloc).
+    pub(crate) time_ns: u64,
+    /// Tag id the block is charged to.
+    pub(crate) tag: u32,
+    /// Number of the allocating thread.
+    pub(crate) thread: u32,
+    /// Call-stack id (0: not captured).
+    pub(crate) stack: u32,
+    /// Tracked exactly (`false`: a sampled small block).
+    pub(crate) tracked: bool,
+}
+
+type Shard = Mutex<HashMap<usize, Entry, MixBuild, Internal>>;
+
+static TABLE: [Shard; SHARDS] =
+    [const { Mutex::new(HashMap::with_hasher_in(MixBuild::new(), Internal)) }; SHARDS];
+
+/// Inserts that failed because the internal heap could not grow a shard.
+pub(crate) static INSERT_FAILURES: AtomicU64 = AtomicU64::new(0);
+/// Inserts that found a stale entry at the same address (a free heaptag
+/// never saw, e.g. one made while tracking was initialising).
+pub(crate) static STALE_ENTRIES: AtomicU64 = AtomicU64::new(0);
+
+#[inline]
+fn shard(addr: usize) -> MutexGuard<'static, HashMap<usize, Entry, MixBuild, Internal>> {
+    let i = (mix64(addr as u64) >> 32) as usize % SHARDS;
+    // Nothing panics while a shard is held, but never let poisoning turn into
+    // a panic inside the allocator.
+    TABLE[i].lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Records a block. Returns false (and counts) when there was no memory to.
+pub(crate) fn insert(addr: usize, entry: Entry) -> bool {
+    let mut map = shard(addr);
+    if map.try_reserve(1).is_err() {
+        INSERT_FAILURES.fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
+    if map.insert(addr, entry).is_some() {
+        STALE_ENTRIES.fetch_add(1, Ordering::Relaxed);
+    }
+    true
+}
+
+/// Removes and returns the entry of a block, if heaptag recorded one.
+pub(crate) fn remove(addr: usize) -> Option<Entry> {
+    shard(addr).remove(&addr)
+}
+
+/// Calls `f` on every entry (shard by shard; not an atomic view).
+///
+/// Each shard is copied out (into internal memory) and released before `f`
+/// runs, so `f` may allocate: an allocation that lands in the shard being
+/// read would otherwise deadlock on its lock.
+pub(crate) fn for_each(mut f: impl FnMut(usize, &Entry)) {
+    let mut copy: allocator_api2::vec::Vec<(usize, Entry), Internal> =
+        allocator_api2::vec::Vec::new_in(Internal);
+    for s in &TABLE {
+        copy.clear();
+        {
+            let map = s.lock().unwrap_or_else(PoisonError::into_inner);
+            if copy.try_reserve(map.len()).is_err() {
+                continue;
+            }
+            copy.extend(map.iter().map(|(&a, e)| (a, *e)));
+        }
+        for (addr, e) in &copy {
+            f(*addr, e);
+        }
+    }
+}
+
+/// Number of entries, for overhead reports.
+pub(crate) fn len() -> usize {
+    TABLE
+        .iter()
+        .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).len())
+        .sum()
+}

@@ -1,0 +1,67 @@
+//! heaptag: who holds the memory in a multi-threaded Rust pipeline, and is any
+//! of it held twice?
+//!
+//! This facade re-exports the allocator API of `heaptag-alloc`; it never
+//! installs a global allocator itself. Install one in your binary:
+//!
+//! ```no_run
+//! #[global_allocator]
+//! static GLOBAL: heaptag::Alloc = heaptag::Alloc::new();
+//!
+//! fn main() {
+//!     let _job = heaptag::job(7);
+//!     let _stage = heaptag::stage("synthesize_partition");
+//!     for p in 0..10 {
+//!         let _part = heaptag::partition(p);
+//!         let witness = vec![0u8; 1 << 20]; // charged to job 7 / stage / partition p
+//!         drop(witness);
+//!     }
+//!     let snap = heaptag::snapshot();
+//!     for t in &snap.tags {
+//!         println!("{}: live {} peak {}", t.tag, t.live_bytes, t.peak_live_bytes);
+//!     }
+//! }
+//! ```
+//!
+//! # Behind a cargo feature
+//!
+//! ```toml
+//! [dependencies]
+//! heaptag = { version = "0.1", optional = true }
+//!
+//! [features]
+//! heaptag = ["dep:heaptag"]
+//! ```
+//!
+//! ```ignore
+//! #[cfg(feature = "heaptag")]
+//! #[global_allocator]
+//! static GLOBAL: heaptag::Alloc = heaptag::Alloc::new();
+//! ```
+//!
+//! # Moving a tag with the work
+//!
+//! The tag is per thread. Capture it where work is created and enter it where
+//! the work runs:
+//!
+//! ```no_run
+//! let tag = heaptag::current();
+//! std::thread::spawn(move || tag.scope(|| { /* charged to `tag` */ }));
+//! ```
+//!
+//! # What is exact and what is estimated
+//!
+//! Allocated bytes and counts per tag are exact. Blocks of at least the
+//! threshold (64 KiB by default) are tracked by address: their live and peak
+//! bytes per tag are exact, and a free is charged to the allocating tag
+//! whichever thread frees it. Smaller blocks' live bytes per tag are estimated
+//! from a sample (the process-wide total is exact); [`SmallStats`] carries the
+//! standard error. `HEAPTAG_THRESHOLD=0` makes everything exact.
+//!
+//! # Environment
+//!
+//! `HEAPTAG=off` (pass-through), `HEAPTAG_THRESHOLD`, `HEAPTAG_SAMPLE_RATE`,
+//! `HEAPTAG_SEED`: see [`Settings`] and the README.
+#![warn(missing_docs)]
+
+pub use heaptag_alloc::*;
