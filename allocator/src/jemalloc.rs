@@ -23,18 +23,15 @@ impl fmt::Display for JemallocError {
 
 impl std::error::Error for JemallocError {}
 
-/// Returns dirty and muzzy pages of every jemalloc arena to the OS: the
-/// jemalloc equivalent of glibc's `malloc_trim(0)`, which does nothing when
-/// jemalloc is the allocator. Call it where the program used to trim (after
-/// each partition, say).
-pub fn purge() -> Result<(), JemallocError> {
-    // "arena.<MALLCTL_ARENAS_ALL>.purge"; MALLCTL_ARENAS_ALL is 4096.
-    const NAME: &[u8] = b"arena.4096.purge\0";
-    // SAFETY: NAME is NUL-terminated; purge takes no input and gives no
-    // output, so all four pointers are null as jemalloc requires.
+/// Calls a jemalloc control that takes no input and gives no output.
+fn mallctl_void(name: &'static [u8], what: &'static str) -> Result<(), JemallocError> {
+    debug_assert_eq!(name.last(), Some(&0));
+    // SAFETY: `name` is NUL-terminated; the controls used with this helper
+    // take no input and give no output, so all four pointers are null as
+    // jemalloc requires.
     let rc = unsafe {
         tikv_jemalloc_sys::mallctl(
-            NAME.as_ptr().cast(),
+            name.as_ptr().cast(),
             std::ptr::null_mut(),
             std::ptr::null_mut(),
             std::ptr::null_mut(),
@@ -45,10 +42,27 @@ pub fn purge() -> Result<(), JemallocError> {
         Ok(())
     } else {
         Err(JemallocError {
-            what: "arena.<all>.purge",
+            what,
             reason: format!("errno {rc}"),
         })
     }
+}
+
+/// Returns the calling thread's cached free blocks (its tcache) to the arenas.
+///
+/// jemalloc counts blocks sitting in a thread cache as allocated, so compare
+/// `stats.allocated` with heaptag's totals after flushing.
+pub fn flush_thread_cache() -> Result<(), JemallocError> {
+    mallctl_void(b"thread.tcache.flush\0", "thread.tcache.flush")
+}
+
+/// Returns dirty and muzzy pages of every jemalloc arena to the OS: the
+/// jemalloc equivalent of glibc's `malloc_trim(0)`, which does nothing when
+/// jemalloc is the allocator. Call it where the program used to trim (after
+/// each partition, say).
+pub fn purge() -> Result<(), JemallocError> {
+    // "arena.<MALLCTL_ARENAS_ALL>.purge"; MALLCTL_ARENAS_ALL is 4096.
+    mallctl_void(b"arena.4096.purge\0", "arena.<all>.purge")
 }
 
 /// jemalloc's process-wide statistics, in bytes (see jemalloc's `stats.*`).

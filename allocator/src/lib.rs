@@ -42,7 +42,7 @@ pub use clock::now_ns;
 pub use config::Settings;
 pub use external::{external_alloc, ExternalGuard};
 pub use global::Alloc;
-pub use jemalloc::{jemalloc_stats, purge, JemallocError, JemallocStats};
+pub use jemalloc::{flush_thread_cache, jemalloc_stats, purge, JemallocError, JemallocStats};
 pub use snapshot::{snapshot, tracked_blocks, Block, ExternalStats, Health, SmallStats, Snapshot, TagStats, Totals, TrackedStats};
 pub use tag::{current, job, partition, stage, static_name, Tag, TagGuard, MAX_TAGS};
 pub use thread::MAX_THREAD_SLOTS;

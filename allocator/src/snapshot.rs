@@ -25,7 +25,7 @@ pub struct Snapshot {
     pub sample_rate: u64,
     /// Nanoseconds since heaptag initialised.
     pub time_ns: u64,
-    /// One entry per tag that ever allocated or held external memory, by tag id.
+    /// One entry per tag ever entered (or used by a realloc), in order of first use.
     pub tags: Vec<TagStats>,
     /// Process-wide sums (exact).
     pub totals: Totals,
@@ -88,7 +88,9 @@ pub struct TrackedStats {
 /// Allocated bytes and counts are exact. A small free carries no tag, so the
 /// live bytes per tag come from the sampled blocks (Horvitz-Thompson
 /// estimator, unbiased) with their standard error; the process-wide small live
-/// total in [`Totals`] is exact. The estimate is clamped to `alloc_bytes`.
+/// total in [`Totals`] is exact. The estimate is not clamped (clamping to
+/// `alloc_bytes` would bias it low), so a tag with few small bytes can show an
+/// estimate above what it allocated; read it with its standard error.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SmallStats {
     /// Bytes allocated so far (exact).
@@ -210,9 +212,7 @@ pub fn snapshot() -> Snapshot {
         totals.free_bytes += stats.tracked.free_bytes;
         totals.free_count += stats.tracked.free_count;
         totals.external_bytes += stats.external_bytes;
-        if stats.alloc_count > 0 || stats.external_bytes > 0 || stats.tracked.live_count > 0 {
-            snap.tags.push(stats);
-        }
+        snap.tags.push(stats);
     }
     for s in &slots {
         totals.free_bytes += s.small_free_bytes.load(Ordering::Relaxed);
@@ -257,9 +257,9 @@ fn tag_stats(tag: Tag, e: &TagEntry, alloc_bytes: u64, alloc_count: u64) -> TagS
     let small = SmallStats {
         alloc_bytes: small_alloc_bytes,
         alloc_count: small_alloc_count,
-        live_bytes: ld(&e.sampled_weight).min(small_alloc_bytes),
+        live_bytes: ld(&e.sampled_weight),
         live_bytes_stderr: (ld(&e.sampled_var) as f64).sqrt(),
-        live_count: (ld(&e.sampled_count_fx) / 1024).min(small_alloc_count),
+        live_count: ld(&e.sampled_count_fx) / 1024,
         sampled_live: ld(&e.sampled_live),
         exact,
     };
