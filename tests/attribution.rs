@@ -60,8 +60,7 @@ fn stress_many_threads_exact_tracked_live_per_phase() {
             for x in 0..(40_000 + 1000 * i as u64) {
                 grown.push(x);
             }
-            let expect: u64 = large.iter().map(|b| b.len() as u64).sum::<u64>()
-                + size_if_tracked(grown.capacity() * 8);
+            let expect: u64 = large.iter().map(|b| b.len() as u64).sum::<u64>() + size_if_tracked(grown.capacity() * 8);
             report.send((i, expect, 0)).unwrap();
             barrier.wait(); // phase 1 done
             barrier.wait(); // checked
@@ -114,7 +113,11 @@ fn stress_many_threads_exact_tracked_live_per_phase() {
     for (i, (e, _)) in expected.iter().enumerate() {
         assert_eq!(tracked_live(&s, &tag_of(i)), *e, "phase 1, worker {i} ({})", tag_of(i));
         let t = s.tag(&tag_of(i)).unwrap();
-        assert!(t.alloc_count >= 5000 + 8, "every small block is counted: {}", t.alloc_count);
+        assert!(
+            t.alloc_count >= 5000 + 8,
+            "every small block is counted: {}",
+            t.alloc_count
+        );
         assert!(t.tracked.peak_live_bytes >= *e);
     }
     barrier.wait();

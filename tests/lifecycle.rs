@@ -44,7 +44,7 @@ impl Drop for AllocatesOnDrop {
 }
 
 thread_local! {
-    static TLS: AllocatesOnDrop = AllocatesOnDrop(RefCell::new(Vec::new()));
+    static TLS: AllocatesOnDrop = const { AllocatesOnDrop(RefCell::new(Vec::new())) };
 }
 
 #[test]

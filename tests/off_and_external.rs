@@ -54,7 +54,10 @@ fn bad_environment_values_are_reported_and_ignored() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{}{stderr}", String::from_utf8_lossy(&out.stdout));
-    assert!(stderr.contains("heaptag: ignoring HEAPTAG_THRESHOLD=lots: expected a size"), "{stderr}");
+    assert!(
+        stderr.contains("heaptag: ignoring HEAPTAG_THRESHOLD=lots: expected a size"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -18,7 +18,11 @@ fn check(label: &str) -> (u64, u64) {
     heaptag::flush_thread_cache().expect("tcache flush");
     let je = heaptag::jemalloc_stats().expect("jemalloc stats");
     let ours = heaptag::snapshot().totals.live_bytes;
-    assert!(ours <= je.allocated + SLACK, "{label}: heaptag {ours} > jemalloc {}", je.allocated);
+    assert!(
+        ours <= je.allocated + SLACK,
+        "{label}: heaptag {ours} > jemalloc {}",
+        je.allocated
+    );
     assert!(
         je.allocated <= ours + ours / 4 + SLACK,
         "{label}: jemalloc {} far above heaptag {ours}",
@@ -45,9 +49,18 @@ fn live_total_reconciles_with_jemalloc_allocated() {
     let added_ours = ours - base_ours;
     let added_je = je - base_je;
     // The growth agrees within size-class rounding.
-    assert!(added_je >= added_ours, "jemalloc grew {added_je} < heaptag {added_ours}");
-    assert!(added_je <= added_ours + added_ours / 4, "jemalloc grew {added_je}, heaptag {added_ours}");
+    assert!(
+        added_je >= added_ours,
+        "jemalloc grew {added_je} < heaptag {added_ours}"
+    );
+    assert!(
+        added_je <= added_ours + added_ours / 4,
+        "jemalloc grew {added_je}, heaptag {added_ours}"
+    );
     drop(black_box(held));
     let (after, _) = check("freed");
-    assert!(after <= base_ours + SLACK, "heaptag live back near the start: {after} vs {base_ours}");
+    assert!(
+        after <= base_ours + SLACK,
+        "heaptag live back near the start: {after} vs {base_ours}"
+    );
 }

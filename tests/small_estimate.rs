@@ -52,9 +52,16 @@ fn small_live_estimate_is_within_its_stated_error() {
         let se = small.live_bytes_stderr;
         // The stated error is the right size: sqrt(R * truth) for tiny blocks.
         let expected_se = ((512.0 * 1024.0) * truth as f64).sqrt();
-        assert!(se > 0.5 * expected_se && se < 2.0 * expected_se, "tag {t}: se {se:.0} vs {expected_se:.0}");
+        assert!(
+            se > 0.5 * expected_se && se < 2.0 * expected_se,
+            "tag {t}: se {se:.0} vs {expected_se:.0}"
+        );
         let z = (small.live_bytes as f64 - truth as f64) / expected_se;
-        assert!(z.abs() < 5.0, "tag {t}: estimate {} truth {truth} se {se:.0}", small.live_bytes);
+        assert!(
+            z.abs() < 5.0,
+            "tag {t}: estimate {} truth {truth} se {se:.0}",
+            small.live_bytes
+        );
         if z.abs() < 2.0 {
             within_2se += 1;
         }

@@ -7,10 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 static START_MONO: AtomicU64 = AtomicU64::new(0);
 
 fn read(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec; the clock ids used here are
     // always supported on Linux. On failure `ts` stays zero.
     unsafe { libc::clock_gettime(clock, &mut ts) };

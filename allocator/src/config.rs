@@ -53,17 +53,33 @@ pub(crate) const ON: u8 = 2;
 /// Tracking is off for the life of the process: a load and a branch per call.
 pub(crate) const OFF: u8 = 3;
 
-/// The process-wide mode. Acquire loads pair with the Release store at the end
-/// of [`init`], so a thread that sees `ON` also sees the settings below.
-pub(crate) static MODE: AtomicU8 = AtomicU8::new(UNINIT);
-// The settings below are written once in `init` before `MODE` is published
-// with Release; hot-path readers load them Relaxed after an Acquire of `MODE`.
-pub(crate) static THRESHOLD: AtomicUsize = AtomicUsize::new(64 * 1024);
-pub(crate) static SAMPLE_RATE: AtomicU64 = AtomicU64::new(512 * 1024);
-/// `u64::MAX / SAMPLE_RATE` (0 when sampling is off): the fast-reject scale,
-/// precomputed so the hot path never divides.
-pub(crate) static SAMPLE_SCALE: AtomicU64 = AtomicU64::new(u64::MAX / (512 * 1024));
-pub(crate) static SALT: AtomicU64 = AtomicU64::new(0);
+/// Everything the hot path reads, in one cache line behind one address (a
+/// static in another crate costs a GOT load each under PIC).
+///
+/// `mode` is loaded with Acquire and stored with Release at the end of
+/// [`init`]: a thread that sees `ON` also sees the other fields, which are
+/// written once before it and read Relaxed.
+#[repr(C, align(64))]
+pub(crate) struct Hot {
+    pub(crate) mode: AtomicU8,
+    /// Blocks of at least this many bytes are tracked.
+    pub(crate) threshold: AtomicUsize,
+    /// Salt of the sampling hash.
+    pub(crate) salt: AtomicU64,
+    /// `u64::MAX / rate` (0 when sampling is off): the fast-reject scale,
+    /// precomputed so the hot path never divides.
+    pub(crate) scale: AtomicU64,
+    /// Mean bytes between samples (0: off).
+    pub(crate) rate: AtomicU64,
+}
+
+pub(crate) static HOT: Hot = Hot {
+    mode: AtomicU8::new(UNINIT),
+    threshold: AtomicUsize::new(Settings::DEFAULT.threshold),
+    salt: AtomicU64::new(0),
+    scale: AtomicU64::new(u64::MAX / Settings::DEFAULT.sample_rate),
+    rate: AtomicU64::new(Settings::DEFAULT.sample_rate),
+};
 /// Number of environment values that did not parse.
 pub(crate) static CONFIG_ERRORS: AtomicU64 = AtomicU64::new(0);
 
@@ -72,7 +88,10 @@ pub(crate) static CONFIG_ERRORS: AtomicU64 = AtomicU64::new(0);
 #[cold]
 pub(crate) fn init(defaults: &Settings) -> u8 {
     // Acquire on success/failure: see the MODE comment.
-    match MODE.compare_exchange(UNINIT, INITIALIZING, Ordering::Acquire, Ordering::Acquire) {
+    match HOT
+        .mode
+        .compare_exchange(UNINIT, INITIALIZING, Ordering::Acquire, Ordering::Acquire)
+    {
         Ok(_) => {}
         Err(mode) => return mode,
     }
@@ -102,15 +121,16 @@ pub(crate) fn init(defaults: &Settings) -> u8 {
             None => complain(b"HEAPTAG_SEED", v, b"expected an integer"),
         }
     }
-    THRESHOLD.store(s.threshold, Ordering::Relaxed);
-    SAMPLE_RATE.store(s.sample_rate, Ordering::Relaxed);
-    SAMPLE_SCALE.store(u64::MAX.checked_div(s.sample_rate).unwrap_or(0), Ordering::Relaxed);
-    SALT.store(s.seed.unwrap_or_else(random_salt), Ordering::Relaxed);
+    HOT.threshold.store(s.threshold, Ordering::Relaxed);
+    HOT.rate.store(s.sample_rate, Ordering::Relaxed);
+    HOT.scale
+        .store(u64::MAX.checked_div(s.sample_rate).unwrap_or(0), Ordering::Relaxed);
+    HOT.salt.store(s.seed.unwrap_or_else(random_salt), Ordering::Relaxed);
     crate::clock::init();
     crate::tag::init();
     let mode = if s.enabled { ON } else { OFF };
     // Release: publishes the settings stored above.
-    MODE.store(mode, Ordering::Release);
+    HOT.mode.store(mode, Ordering::Release);
     mode
 }
 
@@ -152,7 +172,10 @@ pub(crate) fn parse_size(v: &[u8]) -> Option<u64> {
 
 fn trim(v: &[u8]) -> &[u8] {
     let start = v.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(v.len());
-    let end = v.iter().rposition(|b| !b.is_ascii_whitespace()).map_or(start, |e| e + 1);
+    let end = v
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
     &v[start..end]
 }
 

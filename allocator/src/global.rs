@@ -20,9 +20,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tikv_jemallocator::Jemalloc;
 
-use crate::config::{self, Settings, MODE, OFF, ON, THRESHOLD};
+use crate::config::{self, Settings, HOT, OFF, ON};
 use crate::table::{self, Entry};
-use crate::thread::{self, Slot};
+use crate::thread::{self, Pair};
 use crate::{clock, sampling, tag};
 
 /// Allocations the inner allocator refused (null returns), passed through.
@@ -98,18 +98,82 @@ impl<A> Alloc<A> {
     pub const fn inner(&self) -> &A {
         &self.inner
     }
+}
 
-    /// The process mode, initialising it on the first call.
-    #[inline(always)]
-    fn mode(&self) -> u8 {
-        // Acquire: pairs with the Release in `config::init`, so the settings
-        // are visible once ON is seen.
-        let m = MODE.load(Ordering::Acquire);
-        if m >= ON {
-            m
+impl<A: GlobalAlloc> Alloc<A> {
+    /// `alloc` with tracking on (or not yet initialised). Kept out of line so
+    /// the switched-off path of `alloc` is a load, a branch and a jump, with
+    /// no stack frame.
+    ///
+    /// # Safety
+    /// As `GlobalAlloc::alloc`.
+    #[inline(never)]
+    unsafe fn alloc_counted(&self, layout: Layout, mode: u8, zeroed: bool) -> *mut u8 {
+        let p = if zeroed {
+            // SAFETY: forwarded from our caller unchanged.
+            unsafe { self.inner.alloc_zeroed(layout) }
         } else {
-            config::init(&self.settings)
+            // SAFETY: forwarded from our caller unchanged.
+            unsafe { self.inner.alloc(layout) }
+        };
+        if mode == ON {
+            on_alloc(p, layout.size());
+        } else {
+            self.on_alloc_uninit(p, layout.size());
         }
+        p
+    }
+
+    /// `dealloc` with tracking on: an unrecorded block is counted and freed
+    /// (a tail call); a recorded one goes to `dealloc_recorded`.
+    ///
+    /// # Safety
+    /// As `GlobalAlloc::dealloc`.
+    #[inline(never)]
+    unsafe fn dealloc_counted(&self, ptr: *mut u8, layout: Layout) {
+        let size = layout.size();
+        if is_recorded(ptr as usize, size) {
+            // SAFETY: our caller's guarantees, passed on.
+            return unsafe { self.dealloc_recorded(ptr, layout) };
+        }
+        thread::count_small_free(size as u64);
+        // SAFETY: forwarded from our caller: `ptr` was allocated by this
+        // allocator (hence by `inner`) with `layout`.
+        unsafe { self.inner.dealloc(ptr, layout) }
+    }
+
+    /// The first calls, before the mode is known (or while another thread
+    /// reads the settings): count, but record nothing, since the threshold
+    /// and sampling salt may not be final.
+    #[cold]
+    #[inline(never)]
+    fn on_alloc_uninit(&self, p: *mut u8, size: usize) {
+        match config::init(&self.settings) {
+            ON => on_alloc(p, size),
+            OFF => {}
+            _ if p.is_null() => {
+                ALLOC_FAILURES.fetch_add(1, Ordering::Relaxed);
+            }
+            _ => thread::count_alloc(size as u64),
+        }
+    }
+
+    /// Frees a block that has (or should have) a record: the record goes
+    /// first, the block after, so a reuse of the address by another thread
+    /// cannot meet our stale record.
+    ///
+    /// # Safety
+    /// As `GlobalAlloc::dealloc`.
+    #[cold]
+    #[inline(never)]
+    unsafe fn dealloc_recorded(&self, ptr: *mut u8, layout: Layout) {
+        match table::remove(ptr as usize) {
+            Some(e) => release(&e, layout.size()),
+            None => untracked_free(layout.size()),
+        }
+        // SAFETY: forwarded from our caller: `ptr` was allocated by this
+        // allocator (hence by `inner`) with `layout`.
+        unsafe { self.inner.dealloc(ptr, layout) }
     }
 }
 
@@ -120,45 +184,44 @@ impl<A> Alloc<A> {
 unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded from our caller, who upholds `alloc`'s contract.
-        let p = unsafe { self.inner.alloc(layout) };
-        let mode = self.mode();
-        if mode != OFF {
-            on_alloc(mode, p, layout.size());
+        // Acquire: pairs with the Release in `config::init`, so the settings
+        // are visible once ON is seen. A plain load on x86.
+        let mode = HOT.mode.load(Ordering::Acquire);
+        if mode == OFF {
+            // SAFETY: forwarded from our caller unchanged.
+            return unsafe { self.inner.alloc(layout) };
         }
-        p
+        // SAFETY: forwarded from our caller unchanged.
+        unsafe { self.alloc_counted(layout, mode, false) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded from our caller, who upholds `alloc_zeroed`'s contract.
-        let p = unsafe { self.inner.alloc_zeroed(layout) };
-        let mode = self.mode();
-        if mode != OFF {
-            on_alloc(mode, p, layout.size());
+        let mode = HOT.mode.load(Ordering::Acquire);
+        if mode == OFF {
+            // SAFETY: forwarded from our caller unchanged.
+            return unsafe { self.inner.alloc_zeroed(layout) };
         }
-        p
+        // SAFETY: forwarded from our caller unchanged.
+        unsafe { self.alloc_counted(layout, mode, true) }
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        let mode = self.mode();
-        if mode != OFF {
-            // Before the inner free: once freed, the address may be handed to
-            // another thread, whose insert must not meet our stale entry.
-            on_free(ptr as usize, layout.size());
+        if HOT.mode.load(Ordering::Acquire) == OFF {
+            // SAFETY: forwarded from our caller unchanged.
+            return unsafe { self.inner.dealloc(ptr, layout) };
         }
-        // SAFETY: forwarded from our caller: `ptr` was allocated by this
-        // allocator (hence by `inner`) with `layout`.
-        unsafe { self.inner.dealloc(ptr, layout) }
+        // SAFETY: forwarded from our caller unchanged.
+        unsafe { self.dealloc_counted(ptr, layout) }
     }
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let mode = self.mode();
-        if mode == OFF {
+        if HOT.mode.load(Ordering::Acquire) != ON {
             // SAFETY: forwarded from our caller unchanged.
-            return unsafe { self.inner.realloc(ptr, layout, new_size) };
+            let new = unsafe { self.inner.realloc(ptr, layout, new_size) };
+            return realloc_untracked(new, layout.size(), new_size);
         }
         let old_size = layout.size();
         let addr = ptr as usize;
@@ -179,83 +242,71 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
             }
             return new;
         }
-        let cur = thread::current();
-        let (slot, cur_tag) = if cur.busy { (thread::shared_slot(), 0) } else { (cur.slot, cur.tag) };
-        // The old block goes away, charged to its own tag ...
-        let (tag, birth) = match old_entry {
+        // The old block goes away, charged to its own tag; the new one comes
+        // under the same tag (the current thread's when the old block was
+        // small and unsampled, so its tag is unknown).
+        let (cur_tag, thread) = thread::charged();
+        let tag = match old_entry {
             Some(e) => {
-                release(slot, &e, old_size);
-                (e.tag, Some(e))
+                release(&e, old_size);
+                e.tag
             }
             None => {
-                untracked_free(slot, old_size);
-                (cur_tag, None)
+                untracked_free(old_size);
+                cur_tag
             }
         };
-        // ... and the new one comes under the same tag (the current thread's
-        // when the old block was small and unsampled, so its tag is unknown).
-        slot.count_alloc(tag, new_size as u64);
-        record(new as usize, new_size, tag, cur.thread, birth);
+        thread::count_pair(tag, None, new_size as u64);
+        if is_recorded(new as usize, new_size) {
+            record(new as usize, new_size, tag, thread, old_entry);
+        }
         new
     }
 }
 
-/// True when a block of this size at this address has (or should have) an entry.
+/// A realloc while tracking is off or not yet initialised.
+#[cold]
+fn realloc_untracked(new: *mut u8, old_size: usize, new_size: usize) -> *mut u8 {
+    if HOT.mode.load(Ordering::Acquire) != OFF && !new.is_null() {
+        thread::count_small_free(old_size as u64);
+        thread::count_alloc(new_size as u64);
+    }
+    new
+}
+
+/// True when a block of this size at this address has (or should have) a record.
 #[inline(always)]
 fn is_recorded(addr: usize, size: usize) -> bool {
-    size >= THRESHOLD.load(Ordering::Relaxed) || sampling::is_sampled(addr, size)
+    size >= HOT.threshold.load(Ordering::Relaxed) || sampling::is_sampled(addr, size)
 }
 
 #[inline(always)]
-fn on_alloc(mode: u8, p: *mut u8, size: usize) {
+fn on_alloc(p: *mut u8, size: usize) {
     if p.is_null() {
         ALLOC_FAILURES.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    if mode != ON {
-        // Another thread is still initialising: count, untagged, untracked.
-        thread::shared_slot().count_alloc(0, size as u64);
-        return;
-    }
-    let cur = thread::current();
-    let (slot, tag) = if cur.busy { (thread::shared_slot(), 0) } else { (cur.slot, cur.tag) };
-    slot.count_alloc(tag, size as u64);
+    thread::count_alloc(size as u64);
     if is_recorded(p as usize, size) {
-        record(p as usize, size, tag, cur.thread, None);
+        let (tag, thread) = thread::charged();
+        record(p as usize, size, tag, thread, None);
     }
 }
 
-#[inline(always)]
-fn on_free(addr: usize, size: usize) {
-    let cur = thread::current();
-    let slot = if cur.busy { thread::shared_slot() } else { cur.slot };
-    if is_recorded(addr, size) {
-        if let Some(e) = table::remove(addr) {
-            release(slot, &e, size);
-            return;
-        }
-    }
-    untracked_free(slot, size);
-}
-
-/// Counts the free of a block without an entry.
-#[inline(always)]
-fn untracked_free(slot: &Slot, size: usize) {
-    if size >= THRESHOLD.load(Ordering::Relaxed) {
+/// Counts the free of a block without a record.
+fn untracked_free(size: usize) {
+    if size >= HOT.threshold.load(Ordering::Relaxed) {
         UNTRACKED_FREES.fetch_add(1, Ordering::Relaxed);
     }
-    slot.count_small_free(size as u64);
+    thread::count_small_free(size as u64);
 }
 
-/// Records a new block that `is_recorded`: tracked exactly or sampled.
+/// Records a block that `is_recorded`: tracked exactly or sampled.
 /// `birth` carries time and stack over from the block a realloc replaced.
 #[cold]
 #[inline(never)]
 fn record(addr: usize, size: usize, tag_id: u32, thread: u32, birth: Option<Entry>) {
-    let tracked = size >= THRESHOLD.load(Ordering::Relaxed);
-    if !tracked && !sampling::is_sampled(addr, size) {
-        return;
-    }
+    let tracked = size >= HOT.threshold.load(Ordering::Relaxed);
     let entry = Entry {
         size: size as u64,
         time_ns: birth.map_or_else(clock::now_ns, |b| b.time_ns),
@@ -269,44 +320,23 @@ fn record(addr: usize, size: usize, tag_id: u32, thread: u32, birth: Option<Entr
         // No record: the free will be counted as untracked.
         return;
     }
-    // Relaxed throughout: independent statistics (see TagEntry).
     if tracked {
-        let s = entry.size;
-        t.tracked_alloc_bytes.fetch_add(s, Ordering::Relaxed);
-        t.tracked_alloc_count.fetch_add(1, Ordering::Relaxed);
-        t.tracked_live_count.fetch_add(1, Ordering::Relaxed);
-        let live = t.tracked_live.fetch_add(s, Ordering::Relaxed) + s;
-        t.tracked_peak.fetch_max(live, Ordering::Relaxed);
-        t.combined_add(s);
+        thread::count_pair(tag_id, Some(Pair::TrackedAlloc), entry.size);
+        t.tracked_add(entry.size);
     } else {
-        let w = sampling::weight(size);
-        t.sampled_weight.fetch_add(w.bytes, Ordering::Relaxed);
-        t.sampled_var.fetch_add(w.var, Ordering::Relaxed);
-        t.sampled_count_fx.fetch_add(w.count_fx, Ordering::Relaxed);
-        t.sampled_live.fetch_add(1, Ordering::Relaxed);
-        t.combined_add(w.bytes);
+        t.sampled_add(&sampling::weight(size));
     }
 }
 
 /// Undoes `record` for a block leaving (freed, or replaced by realloc).
-#[cold]
-#[inline(never)]
-fn release(slot: &Slot, e: &Entry, size: usize) {
+fn release(e: &Entry, size: usize) {
     let Some(t) = tag::entry(e.tag) else { return };
     if e.tracked {
-        let s = e.size;
-        t.tracked_free_bytes.fetch_add(s, Ordering::Relaxed);
-        t.tracked_free_count.fetch_add(1, Ordering::Relaxed);
-        t.tracked_live_count.fetch_sub(1, Ordering::Relaxed);
-        t.tracked_live.fetch_sub(s, Ordering::Relaxed);
-        t.combined_sub(s);
+        thread::count_pair(e.tag, Some(Pair::TrackedFree), e.size);
+        // Relaxed: an independent statistic (see TagEntry).
+        t.tracked_live.fetch_sub(e.size, Ordering::Relaxed);
     } else {
-        let w = sampling::weight(e.size as usize);
-        t.sampled_weight.fetch_sub(w.bytes, Ordering::Relaxed);
-        t.sampled_var.fetch_sub(w.var, Ordering::Relaxed);
-        t.sampled_count_fx.fetch_sub(w.count_fx, Ordering::Relaxed);
-        t.sampled_live.fetch_sub(1, Ordering::Relaxed);
-        t.combined_sub(w.bytes);
-        slot.count_small_free(size as u64);
+        t.sampled_sub(&sampling::weight(e.size as usize));
+        thread::count_small_free(size as u64);
     }
 }

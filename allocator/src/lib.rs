@@ -43,7 +43,9 @@ pub use config::Settings;
 pub use external::{external_alloc, ExternalGuard};
 pub use global::Alloc;
 pub use jemalloc::{flush_thread_cache, jemalloc_stats, purge, JemallocError, JemallocStats};
-pub use snapshot::{snapshot, tracked_blocks, Block, ExternalStats, Health, SmallStats, Snapshot, TagStats, Totals, TrackedStats};
+pub use snapshot::{
+    snapshot, tracked_blocks, Block, ExternalStats, Health, SmallStats, Snapshot, TagStats, Totals, TrackedStats,
+};
 pub use tag::{current, job, partition, stage, static_name, Tag, TagGuard, MAX_TAGS};
 pub use thread::MAX_THREAD_SLOTS;
 
@@ -64,9 +66,9 @@ pub fn finish() {}
 pub fn settings() -> Settings {
     use std::sync::atomic::Ordering;
     Settings {
-        enabled: config::MODE.load(Ordering::Acquire) == config::ON,
-        threshold: config::THRESHOLD.load(Ordering::Relaxed),
-        sample_rate: config::SAMPLE_RATE.load(Ordering::Relaxed),
-        seed: Some(config::SALT.load(Ordering::Relaxed)),
+        enabled: config::HOT.mode.load(Ordering::Acquire) == config::ON,
+        threshold: config::HOT.threshold.load(Ordering::Relaxed),
+        sample_rate: config::HOT.rate.load(Ordering::Relaxed),
+        seed: Some(config::HOT.salt.load(Ordering::Relaxed)),
     }
 }

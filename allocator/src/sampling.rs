@@ -16,8 +16,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::config::{SALT, SAMPLE_RATE, SAMPLE_SCALE};
-use crate::internal::mix64;
+use crate::config::HOT;
 
 /// The contribution of one sampled block to its tag's estimates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,15 +32,25 @@ pub(crate) struct Weight {
 /// Whether the small block at `addr` of `size` bytes is sampled.
 #[inline(always)]
 pub(crate) fn is_sampled(addr: usize, size: usize) -> bool {
-    let h = mix64(addr as u64 ^ SALT.load(Ordering::Relaxed));
+    let h = coin(addr);
     // Fast reject: p(s) <= s/R, so h / 2^64 >= s/R means "not sampled".
     // Almost every call ends here with one multiply and a compare. With
     // sampling off the scale is 0 and every block is rejected.
-    let bound = (size as u64).saturating_mul(SAMPLE_SCALE.load(Ordering::Relaxed));
+    let bound = (size as u64).saturating_mul(HOT.scale.load(Ordering::Relaxed));
     if h >= bound {
         return false;
     }
-    precise(h, size as u64, SAMPLE_RATE.load(Ordering::Relaxed))
+    precise(h, size as u64, HOT.rate.load(Ordering::Relaxed))
+}
+
+/// The block's coin: uniform on u64 for a uniformly random salt, whatever
+/// the address, since xor with the salt and multiplication by an odd
+/// constant are both bijections; the multiply carries every address bit into
+/// the top bits, which decide the comparison. One multiply: this runs on
+/// every allocation and free.
+#[inline(always)]
+fn coin(addr: usize) -> u64 {
+    (addr as u64 ^ HOT.salt.load(Ordering::Relaxed)).wrapping_mul(0x9e37_79b9_7f4a_7c15)
 }
 
 #[cold]
@@ -57,7 +66,7 @@ fn probability(size: u64, rate: u64) -> f64 {
 
 /// The estimator weights of a sampled block of `size` bytes.
 pub(crate) fn weight(size: usize) -> Weight {
-    let rate = SAMPLE_RATE.load(Ordering::Relaxed);
+    let rate = HOT.rate.load(Ordering::Relaxed);
     weight_at(size as u64, rate)
 }
 
@@ -101,14 +110,17 @@ mod tests {
     fn sampling_rate_matches_probability() {
         // Over many distinct aligned addresses, the sampled fraction of
         // 4 KiB blocks is p(4096) for R = 512 KiB: 0.0078.
-        SAMPLE_RATE.store(512 * 1024, Ordering::Relaxed);
-        SAMPLE_SCALE.store(u64::MAX / (512 * 1024), Ordering::Relaxed);
-        SALT.store(12345, Ordering::Relaxed);
+        HOT.rate.store(512 * 1024, Ordering::Relaxed);
+        HOT.scale.store(u64::MAX / (512 * 1024), Ordering::Relaxed);
+        HOT.salt.store(12345, Ordering::Relaxed);
         let n = 2_000_000usize;
         let hits = (0..n).filter(|i| is_sampled(0x7f00_0000_0000 + i * 4096, 4096)).count();
         let p = probability(4096, 512 * 1024);
         let expect = n as f64 * p;
         let sd = (n as f64 * p * (1.0 - p)).sqrt();
-        assert!((hits as f64 - expect).abs() < 5.0 * sd, "hits {hits}, expected {expect:.0} +- {sd:.0}");
+        assert!(
+            (hits as f64 - expect).abs() < 5.0 * sd,
+            "hits {hits}, expected {expect:.0} +- {sd:.0}"
+        );
     }
 }

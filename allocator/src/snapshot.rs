@@ -4,10 +4,11 @@ use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{self, MODE, ON};
+use crate::config::{self, HOT, ON};
 use crate::global::{ALLOC_FAILURES, UNTRACKED_FREES};
 use crate::internal::OVERHEAD_BYTES;
 use crate::tag::{self, Tag, TagEntry};
+use crate::thread::TagCounts;
 use crate::{clock, external, table, thread};
 
 /// Counters of every tag at one moment, plus totals and heaptag's health.
@@ -186,11 +187,11 @@ impl Snapshot {
 /// Takes a snapshot of every tag's counters.
 pub fn snapshot() -> Snapshot {
     // Acquire: see the settings published with the mode.
-    let enabled = MODE.load(Ordering::Acquire) == ON;
+    let enabled = HOT.mode.load(Ordering::Acquire) == ON;
     let mut snap = Snapshot {
         enabled,
-        threshold: config::THRESHOLD.load(Ordering::Relaxed) as u64,
-        sample_rate: config::SAMPLE_RATE.load(Ordering::Relaxed),
+        threshold: config::HOT.threshold.load(Ordering::Relaxed) as u64,
+        sample_rate: config::HOT.rate.load(Ordering::Relaxed),
         time_ns: clock::now_ns(),
         ..Snapshot::default()
     };
@@ -199,13 +200,11 @@ pub fn snapshot() -> Snapshot {
     let mut totals = Totals::default();
     for id in 0..n {
         let Some(e) = tag::entry(id) else { continue };
-        let (mut alloc_bytes, mut alloc_count) = (0u64, 0u64);
+        let mut counts = TagCounts::default();
         for s in &slots {
-            let (b, c) = s.read(id);
-            alloc_bytes = alloc_bytes.wrapping_add(b);
-            alloc_count = alloc_count.wrapping_add(c);
+            s.read_into(id, &mut counts);
         }
-        let stats = tag_stats(tag::tag_of(id), e, alloc_bytes, alloc_count);
+        let stats = tag_stats(tag::tag_of(id), e, &counts);
         totals.alloc_bytes += stats.alloc_bytes;
         totals.alloc_count += stats.alloc_count;
         totals.tracked_live_bytes += stats.tracked.live_bytes;
@@ -240,16 +239,17 @@ pub fn snapshot() -> Snapshot {
     snap
 }
 
-fn tag_stats(tag: Tag, e: &TagEntry, alloc_bytes: u64, alloc_count: u64) -> TagStats {
+fn tag_stats(tag: Tag, e: &TagEntry, c: &TagCounts) -> TagStats {
     let ld = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let (alloc_bytes, alloc_count) = (c.alloc_bytes, c.alloc_count);
     let tracked = TrackedStats {
         live_bytes: ld(&e.tracked_live),
-        live_count: ld(&e.tracked_live_count),
+        live_count: c.tracked_alloc_count.saturating_sub(c.tracked_free_count),
         peak_live_bytes: ld(&e.tracked_peak),
-        alloc_bytes: ld(&e.tracked_alloc_bytes),
-        alloc_count: ld(&e.tracked_alloc_count),
-        free_bytes: ld(&e.tracked_free_bytes),
-        free_count: ld(&e.tracked_free_count),
+        alloc_bytes: c.tracked_alloc_bytes,
+        alloc_count: c.tracked_alloc_count,
+        free_bytes: c.tracked_free_bytes,
+        free_count: c.tracked_free_count,
     };
     let small_alloc_bytes = alloc_bytes.saturating_sub(tracked.alloc_bytes);
     let small_alloc_count = alloc_count.saturating_sub(tracked.alloc_count);
@@ -268,7 +268,7 @@ fn tag_stats(tag: Tag, e: &TagEntry, alloc_bytes: u64, alloc_count: u64) -> TagS
     TagStats {
         tag,
         live_bytes,
-        peak_live_bytes: ld(&e.combined_peak).max(live_bytes),
+        peak_live_bytes: ld(&e.peak).max(live_bytes),
         alloc_bytes,
         alloc_count,
         free_bytes: alloc_bytes.saturating_sub(live_bytes),

@@ -41,8 +41,7 @@ pub(crate) struct Entry {
 
 type Shard = Mutex<HashMap<usize, Entry, MixBuild, Internal>>;
 
-static TABLE: [Shard; SHARDS] =
-    [const { Mutex::new(HashMap::with_hasher_in(MixBuild::new(), Internal)) }; SHARDS];
+static TABLE: [Shard; SHARDS] = [const { Mutex::new(HashMap::with_hasher_in(MixBuild::new(), Internal)) }; SHARDS];
 
 /// Inserts that failed because the internal heap could not grow a shard.
 pub(crate) static INSERT_FAILURES: AtomicU64 = AtomicU64::new(0);
@@ -82,8 +81,7 @@ pub(crate) fn remove(addr: usize) -> Option<Entry> {
 /// runs, so `f` may allocate: an allocation that lands in the shard being
 /// read would otherwise deadlock on its lock.
 pub(crate) fn for_each(mut f: impl FnMut(usize, &Entry)) {
-    let mut copy: allocator_api2::vec::Vec<(usize, Entry), Internal> =
-        allocator_api2::vec::Vec::new_in(Internal);
+    let mut copy: allocator_api2::vec::Vec<(usize, Entry), Internal> = allocator_api2::vec::Vec::new_in(Internal);
     for s in &TABLE {
         copy.clear();
         {

@@ -47,11 +47,7 @@ impl Tag {
 
     /// A tag with all three dimensions given.
     pub const fn new(job: Option<u64>, stage: Option<&'static str>, partition: Option<u32>) -> Tag {
-        Tag {
-            job,
-            stage,
-            partition,
-        }
+        Tag { job, stage, partition }
     }
 
     /// True for the untagged tag.
@@ -133,6 +129,11 @@ pub fn static_name(name: &str) -> &'static str {
 ///
 /// Guards are `!Send`: a guard must drop on the thread that created it. Drop
 /// nested guards in reverse order of creation (the natural order of scopes).
+///
+/// ```compile_fail
+/// let guard = heaptag_alloc::stage("x");
+/// std::thread::spawn(move || drop(guard)); // error: TagGuard is not Send
+/// ```
 #[must_use = "the tag is active only while the guard lives"]
 pub struct TagGuard {
     prev: u32,
@@ -197,21 +198,23 @@ pub fn job(id: u64) -> TagGuard {
 // ---------------------------------------------------------------------------
 // The tag table: id -> (key, shared per-tag statistics).
 
-/// Statistics of one tag that change only on rare events (tracked or sampled
-/// blocks, external annotations). Frequent counts live per thread (`thread.rs`).
+/// Statistics of one tag that need one process-wide value: live bytes and
+/// their peaks. They change only on tracked or sampled events; counts of
+/// allocations and frees live per thread (`thread.rs`), so concurrent
+/// tracked events of one tag share only `tracked_live`'s cache line.
 ///
 /// All fields are updated with Relaxed atomics: each is an independent
 /// statistic; no other memory is published through them.
-#[repr(align(128))]
+#[repr(C, align(128))]
 pub(crate) struct TagEntry {
     key: UnsafeCell<MaybeUninit<Tag>>,
+    /// Live bytes of tracked blocks (exact).
     pub(crate) tracked_live: AtomicU64,
-    pub(crate) tracked_live_count: AtomicU64,
+    /// Highest `tracked_live` (exact: maxima of fetch_add results).
     pub(crate) tracked_peak: AtomicU64,
-    pub(crate) tracked_alloc_bytes: AtomicU64,
-    pub(crate) tracked_alloc_count: AtomicU64,
-    pub(crate) tracked_free_bytes: AtomicU64,
-    pub(crate) tracked_free_count: AtomicU64,
+    /// Keeps the sampled figures (written on sampled events) off the
+    /// tracked figures' cache line.
+    _pad: [u64; 4],
     /// Horvitz-Thompson estimate of live small bytes: sum of size/p.
     pub(crate) sampled_weight: AtomicU64,
     /// Estimated variance of `sampled_weight`: sum of size^2 (1-p) / p^2.
@@ -220,9 +223,10 @@ pub(crate) struct TagEntry {
     pub(crate) sampled_count_fx: AtomicU64,
     /// Number of sampled blocks alive now.
     pub(crate) sampled_live: AtomicU64,
-    /// tracked_live + sampled_weight, maintained together for the peak.
-    pub(crate) combined_live: AtomicU64,
-    pub(crate) combined_peak: AtomicU64,
+    /// Highest tracked + sampled live seen at a tracked or sampled event.
+    /// Two concurrent events may each miss the other's share, so under races
+    /// it can read a little low; `tracked_peak` is exact.
+    pub(crate) peak: AtomicU64,
     pub(crate) external_bytes: AtomicU64,
 }
 
@@ -232,16 +236,38 @@ pub(crate) struct TagEntry {
 // Every other field is atomic.
 unsafe impl Sync for TagEntry {}
 
+/// Raises `peak` to `value` if higher: a load, and a locked RMW only when a
+/// new peak is set (rare once the program reaches its working size).
+#[inline]
+pub(crate) fn raise(peak: &AtomicU64, value: u64) {
+    if value > peak.load(Ordering::Relaxed) {
+        peak.fetch_max(value, Ordering::Relaxed);
+    }
+}
+
 impl TagEntry {
-    /// Adds `delta` to the combined live figure and raises the peak.
-    pub(crate) fn combined_add(&self, delta: u64) {
-        let now = self.combined_live.fetch_add(delta, Ordering::Relaxed) + delta;
-        self.combined_peak.fetch_max(now, Ordering::Relaxed);
+    /// Adds a tracked block's bytes to the live figures and peaks.
+    pub(crate) fn tracked_add(&self, bytes: u64) {
+        let live = self.tracked_live.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        raise(&self.tracked_peak, live);
+        raise(&self.peak, live + self.sampled_weight.load(Ordering::Relaxed));
     }
 
-    /// Removes `delta` from the combined live figure.
-    pub(crate) fn combined_sub(&self, delta: u64) {
-        self.combined_live.fetch_sub(delta, Ordering::Relaxed);
+    /// Adds a sampled block's estimator weights and raises the peak.
+    pub(crate) fn sampled_add(&self, w: &crate::sampling::Weight) {
+        let est = self.sampled_weight.fetch_add(w.bytes, Ordering::Relaxed) + w.bytes;
+        self.sampled_var.fetch_add(w.var, Ordering::Relaxed);
+        self.sampled_count_fx.fetch_add(w.count_fx, Ordering::Relaxed);
+        self.sampled_live.fetch_add(1, Ordering::Relaxed);
+        raise(&self.peak, est + self.tracked_live.load(Ordering::Relaxed));
+    }
+
+    /// Removes a sampled block's estimator weights.
+    pub(crate) fn sampled_sub(&self, w: &crate::sampling::Weight) {
+        self.sampled_weight.fetch_sub(w.bytes, Ordering::Relaxed);
+        self.sampled_var.fetch_sub(w.var, Ordering::Relaxed);
+        self.sampled_count_fx.fetch_sub(w.count_fx, Ordering::Relaxed);
+        self.sampled_live.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -363,7 +389,10 @@ mod tests {
     #[test]
     fn display_lists_set_dimensions() {
         assert_eq!(Tag::UNTAGGED.to_string(), "untagged");
-        assert_eq!(Tag::new(Some(7), Some("gpu_prove"), None).to_string(), "job=7 stage=gpu_prove");
+        assert_eq!(
+            Tag::new(Some(7), Some("gpu_prove"), None).to_string(),
+            "job=7 stage=gpu_prove"
+        );
         assert_eq!(Tag::new(None, None, Some(3)).to_string(), "partition=3");
     }
 }

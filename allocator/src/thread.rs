@@ -23,113 +23,128 @@ pub const MAX_THREAD_SLOTS: usize = 1024;
 const PAGE: usize = 256;
 const PAGES: usize = MAX_TAGS / PAGE;
 
-/// Bytes and blocks allocated under one tag by one thread.
+/// One thread's counts for one tag.
 #[derive(Default)]
 pub(crate) struct TagCounter {
+    /// Bytes allocated under the tag, all sizes.
     pub(crate) alloc_bytes: AtomicU64,
+    /// Blocks allocated under the tag, all sizes.
     pub(crate) alloc_count: AtomicU64,
+    /// Of those, bytes of tracked blocks (recorded in the table).
+    pub(crate) tracked_alloc_bytes: AtomicU64,
+    /// Of those, tracked blocks.
+    pub(crate) tracked_alloc_count: AtomicU64,
+    /// Bytes of the tag's tracked blocks freed by this thread.
+    pub(crate) tracked_free_bytes: AtomicU64,
+    /// The tag's tracked blocks freed by this thread.
+    pub(crate) tracked_free_count: AtomicU64,
+}
+
+/// A sum of [`TagCounter`]s, as snapshots read them.
+#[derive(Clone, Copy, Default, Debug)]
+pub(crate) struct TagCounts {
+    pub(crate) alloc_bytes: u64,
+    pub(crate) alloc_count: u64,
+    pub(crate) tracked_alloc_bytes: u64,
+    pub(crate) tracked_alloc_count: u64,
+    pub(crate) tracked_free_bytes: u64,
+    pub(crate) tracked_free_count: u64,
+}
+
+/// Which pair of a [`TagCounter`] an event adds to (bytes, and one block).
+#[derive(Clone, Copy)]
+pub(crate) enum Pair {
+    TrackedAlloc,
+    TrackedFree,
 }
 
 type CounterPage = [TagCounter; PAGE];
 
-/// One thread's counters.
+/// Adds to a counter that only the calling thread writes (its own slot).
+///
+/// Single writer, so load + store cannot lose an update and costs no locked
+/// instruction; readers (snapshots) see a value at worst a moment old.
+#[inline(always)]
+fn add_owned(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
+/// Adds to a counter of the shared slot, which many threads write.
+#[inline]
+fn add_shared(c: &AtomicU64, n: u64) {
+    // Relaxed: an independent statistic.
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// One thread's counters (or, for the shared slot, many threads').
 #[repr(align(128))]
 pub(crate) struct Slot {
     /// True while a thread owns the slot. Acquire on take / Release on give
     /// back order the previous owner's plain counter writes before the next's.
     in_use: AtomicBool,
-    /// The shared slot is written by many threads and uses atomic RMWs.
-    shared: bool,
     pub(crate) small_free_bytes: AtomicU64,
     pub(crate) small_free_count: AtomicU64,
     pages: [AtomicPtr<CounterPage>; PAGES],
 }
 
 impl Slot {
-    const fn new(shared: bool) -> Slot {
+    const fn new() -> Slot {
         Slot {
             in_use: AtomicBool::new(false),
-            shared,
             small_free_bytes: AtomicU64::new(0),
             small_free_count: AtomicU64::new(0),
             pages: [const { AtomicPtr::new(ptr::null_mut()) }; PAGES],
         }
     }
 
-    /// Adds `n` to a counter of this slot.
-    #[inline(always)]
-    fn add(&self, c: &AtomicU64, n: u64) {
-        if self.shared {
-            // Relaxed: an independent statistic.
-            c.fetch_add(n, Ordering::Relaxed);
-        } else {
-            // Single writer (the owning thread), so load + store cannot lose
-            // an update, and costs no locked instruction. Readers (snapshots)
-            // see a value that is at worst a moment old.
-            c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
-        }
-    }
-
-    /// Counts an allocation of `size` bytes under tag `tag`.
-    #[inline(always)]
-    pub(crate) fn count_alloc(&self, tag: u32, size: u64) {
-        if let Some(c) = self.counter(tag) {
-            self.add(&c.alloc_bytes, size);
-            self.add(&c.alloc_count, 1);
-        }
-    }
-
-    /// Counts the free of a small (untracked) block; its tag is unknown here.
-    #[inline(always)]
-    pub(crate) fn count_small_free(&self, size: u64) {
-        self.add(&self.small_free_bytes, size);
-        self.add(&self.small_free_count, 1);
-    }
-
-    #[inline(always)]
+    /// The counter of `tag` in this slot, creating its page if needed; `None`
+    /// for an out-of-range tag or when no page could be allocated.
     fn counter(&self, tag: u32) -> Option<&TagCounter> {
         let tag = tag as usize;
         let page_slot = self.pages.get(tag / PAGE)?;
-        // Acquire: pairs with the Release store of a new page below.
+        // Acquire: pairs with the publication of a new page below.
         let mut page = page_slot.load(Ordering::Acquire);
         if page.is_null() {
-            page = self.new_page(page_slot)?;
+            let fresh = leak_zeroed::<CounterPage>()?.as_ptr();
+            // AcqRel: publish the zeroed page; the shared slot has many
+            // writers, so the loser of a race keeps the winner's page (its
+            // own is a bounded, counted leak of one page).
+            page = match page_slot.compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => fresh,
+                Err(existing) => existing,
+            };
         }
         // SAFETY: pages are zeroed `CounterPage`s (valid atomics), published
         // once and never freed; `tag % PAGE` is in bounds.
         Some(unsafe { &(*page)[tag % PAGE] })
     }
 
-    #[cold]
-    fn new_page(&self, page_slot: &AtomicPtr<CounterPage>) -> Option<*mut CounterPage> {
-        let fresh = leak_zeroed::<CounterPage>()?.as_ptr();
-        // Release: the zeroed page is visible before its pointer. The shared
-        // slot has many writers, so install with a CAS and keep the winner (the
-        // loser's page is a bounded, counted leak of one page).
-        match page_slot.compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => Some(fresh),
-            Err(existing) => Some(existing),
-        }
-    }
-
-    /// The (alloc bytes, alloc count) this slot holds for `tag`, if any.
-    pub(crate) fn read(&self, tag: u32) -> (u64, u64) {
+    /// Adds what this slot holds for `tag` to `sum`.
+    pub(crate) fn read_into(&self, tag: u32, sum: &mut TagCounts) {
         let tag = tag as usize;
         let Some(page_slot) = self.pages.get(tag / PAGE) else {
-            return (0, 0);
+            return;
         };
         let page = page_slot.load(Ordering::Acquire);
         if page.is_null() {
-            return (0, 0);
+            return;
         }
         // SAFETY: as in `counter`.
         let c = unsafe { &(*page)[tag % PAGE] };
-        (c.alloc_bytes.load(Ordering::Relaxed), c.alloc_count.load(Ordering::Relaxed))
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        sum.alloc_bytes = sum.alloc_bytes.wrapping_add(ld(&c.alloc_bytes));
+        sum.alloc_count = sum.alloc_count.wrapping_add(ld(&c.alloc_count));
+        sum.tracked_alloc_bytes = sum.tracked_alloc_bytes.wrapping_add(ld(&c.tracked_alloc_bytes));
+        sum.tracked_alloc_count = sum.tracked_alloc_count.wrapping_add(ld(&c.tracked_alloc_count));
+        sum.tracked_free_bytes = sum.tracked_free_bytes.wrapping_add(ld(&c.tracked_free_bytes));
+        sum.tracked_free_count = sum.tracked_free_count.wrapping_add(ld(&c.tracked_free_count));
     }
 }
 
-static SLOTS: [Slot; MAX_THREAD_SLOTS] = [const { Slot::new(false) }; MAX_THREAD_SLOTS];
-static SHARED: Slot = Slot::new(true);
+static SLOTS: [Slot; MAX_THREAD_SLOTS] = [const { Slot::new() }; MAX_THREAD_SLOTS];
+/// For threads without a slot of their own: attaching (re-entrant calls),
+/// tearing down, or beyond `MAX_THREAD_SLOTS`. Written with atomic RMWs.
+static SHARED: Slot = Slot::new();
 /// Where the next slot search starts (spreads threads, keeps the scan short).
 static NEXT_SLOT: AtomicU32 = AtomicU32::new(0);
 /// Thread numbers handed out; also the number of threads that allocated.
@@ -145,17 +160,23 @@ pub(crate) fn threads_seen() -> u32 {
     THREADS.load(Ordering::Relaxed)
 }
 
-/// The shared slot (re-entrant calls, initialisation, teardown).
-pub(crate) fn shared_slot() -> &'static Slot {
-    &SHARED
-}
+const NEW: u8 = 0;
+const ATTACHING: u8 = 1;
+const ATTACHED: u8 = 2;
+const DETACHED: u8 = 3;
 
 struct ThreadState {
+    /// The current tag id.
     tag: Cell<u32>,
-    slot: Cell<*const Slot>,
-    /// Set while heaptag itself runs code that may allocate on this thread.
-    busy: Cell<bool>,
+    /// This thread's number (0 until it first allocates).
     thread: Cell<u32>,
+    /// The thread's own slot; null before attaching, after detaching, or
+    /// when the pool was exhausted.
+    own: Cell<*const Slot>,
+    /// The counter of (own slot, current tag), kept in step with `tag` by
+    /// `swap_tag`; null whenever `own` is. The hot path reads only this.
+    counter: Cell<*const TagCounter>,
+    phase: Cell<u8>,
 }
 
 thread_local! {
@@ -164,9 +185,10 @@ thread_local! {
     static STATE: ThreadState = const {
         ThreadState {
             tag: Cell::new(0),
-            slot: Cell::new(ptr::null()),
-            busy: Cell::new(false),
             thread: Cell::new(0),
+            own: Cell::new(ptr::null()),
+            counter: Cell::new(ptr::null()),
+            phase: Cell::new(NEW),
         }
     };
     // Gives the slot back when the thread exits.
@@ -178,86 +200,149 @@ struct SlotOwner(Cell<*const Slot>);
 impl Drop for SlotOwner {
     fn drop(&mut self) {
         let slot = self.0.replace(ptr::null());
-        if slot.is_null() {
-            return;
-        }
         // Later allocations of this thread (other thread-locals' destructors)
         // go to the shared slot.
-        let _ = STATE.try_with(|s| s.slot.set(&SHARED));
-        // SAFETY: `slot` points into the static SLOTS array.
-        let slot = unsafe { &*slot };
-        // Release: our counter writes happen-before the next owner's.
-        slot.in_use.store(false, Ordering::Release);
+        let _ = STATE.try_with(|s| {
+            s.own.set(ptr::null());
+            s.counter.set(ptr::null());
+            s.phase.set(DETACHED);
+        });
+        if !slot.is_null() {
+            // SAFETY: `slot` points into the static SLOTS array.
+            let slot = unsafe { &*slot };
+            // Release: our counter writes happen-before the next owner's.
+            slot.in_use.store(false, Ordering::Release);
+        }
     }
 }
 
-/// What the hot path needs from the calling thread.
-#[derive(Clone, Copy)]
-pub(crate) struct Current {
-    pub(crate) tag: u32,
-    pub(crate) thread: u32,
-    pub(crate) slot: &'static Slot,
-    /// True when heaptag itself is running on this thread (re-entrant call).
-    pub(crate) busy: bool,
+/// Counts an allocation of `size` bytes under the calling thread's tag.
+#[inline(always)]
+pub(crate) fn count_alloc(size: u64) {
+    let done = STATE
+        .try_with(|s| {
+            let c = s.counter.get();
+            if c.is_null() {
+                return false;
+            }
+            // SAFETY: a non-null `counter` points into a page of this
+            // thread's own slot (pages are never freed), and only this
+            // thread writes it while it owns the slot.
+            let c = unsafe { &*c };
+            add_owned(&c.alloc_bytes, size);
+            add_owned(&c.alloc_count, 1);
+            true
+        })
+        .unwrap_or(false);
+    if !done {
+        count_alloc_slow(size);
+    }
 }
 
-/// The calling thread's tag, slot and re-entrancy state.
+#[cold]
+#[inline(never)]
+fn count_alloc_slow(size: u64) {
+    let (tag, _) = charged();
+    if let Some(c) = SHARED.counter(tag) {
+        add_shared(&c.alloc_bytes, size);
+        add_shared(&c.alloc_count, 1);
+    }
+}
+
+/// Adds `bytes` and one block to a pair of `tag`'s counters in the calling
+/// thread's slot (the shared slot if it has none). Off the hot path: tracked
+/// events and reallocs keeping an old tag.
+pub(crate) fn count_pair(tag: u32, pair: Option<Pair>, bytes: u64) {
+    let own = STATE.try_with(|s| s.own.get()).unwrap_or(ptr::null());
+    let (slot, add): (&Slot, fn(&AtomicU64, u64)) = if own.is_null() {
+        (&SHARED, add_shared)
+    } else {
+        // SAFETY: a non-null `own` points into the static SLOTS array, and
+        // this thread is its only writer while it owns it.
+        (unsafe { &*own }, add_owned)
+    };
+    let Some(c) = slot.counter(tag) else { return };
+    let (b, n) = match pair {
+        None => (&c.alloc_bytes, &c.alloc_count),
+        Some(Pair::TrackedAlloc) => (&c.tracked_alloc_bytes, &c.tracked_alloc_count),
+        Some(Pair::TrackedFree) => (&c.tracked_free_bytes, &c.tracked_free_count),
+    };
+    add(b, bytes);
+    add(n, 1);
+}
+
+/// Counts the free of a block without a record (its tag is unknown).
 #[inline(always)]
-pub(crate) fn current() -> Current {
+pub(crate) fn count_small_free(size: u64) {
+    let done = STATE
+        .try_with(|s| {
+            let own = s.own.get();
+            if own.is_null() {
+                return false;
+            }
+            // SAFETY: a non-null `own` points into the static SLOTS array,
+            // and this thread is its only writer while it owns it.
+            let own = unsafe { &*own };
+            add_owned(&own.small_free_bytes, size);
+            add_owned(&own.small_free_count, 1);
+            true
+        })
+        .unwrap_or(false);
+    if !done {
+        count_small_free_slow(size);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn count_small_free_slow(size: u64) {
+    let _ = charged();
+    add_shared(&SHARED.small_free_bytes, size);
+    add_shared(&SHARED.small_free_count, 1);
+}
+
+/// The (tag, thread number) the calling thread's allocations are charged to,
+/// attaching the thread to a slot on its first call. While attaching (a
+/// re-entrant call from heaptag's own setup) the tag is 0 (untagged).
+pub(crate) fn charged() -> (u32, u32) {
     STATE
         .try_with(|s| {
-            let slot = s.slot.get();
-            if slot.is_null() && !s.busy.get() {
-                return attach(s);
+            match s.phase.get() {
+                NEW => attach(s),
+                ATTACHING => return (0, s.thread.get()),
+                _ => {}
             }
-            Current {
-                tag: s.tag.get(),
-                thread: s.thread.get(),
-                // SAFETY: a non-null slot pointer always points into the
-                // static SLOTS array or at SHARED.
-                slot: if slot.is_null() { &SHARED } else { unsafe { &*slot } },
-                busy: s.busy.get(),
-            }
+            (s.tag.get(), s.thread.get())
         })
-        .unwrap_or(Current {
-            tag: 0,
-            thread: 0,
-            slot: &SHARED,
-            busy: true,
-        })
+        .unwrap_or((0, 0))
 }
 
 /// First allocation of a thread: take a slot and arrange to give it back.
 #[cold]
 #[inline(never)]
-fn attach(s: &ThreadState) -> Current {
-    s.busy.set(true);
-    let thread = THREADS.fetch_add(1, Ordering::Relaxed) + 1;
-    s.thread.set(thread);
-    let slot = take_slot();
-    // Registering OWNER's destructor may allocate (std keeps a list); `busy`
-    // sends those allocations to the shared slot.
-    let registered = OWNER.try_with(|o| o.0.set(slot)).is_ok();
-    let slot: &'static Slot = if registered {
-        slot
+fn attach(s: &ThreadState) {
+    s.phase.set(ATTACHING);
+    s.thread.set(THREADS.fetch_add(1, Ordering::Relaxed) + 1);
+    let Some(slot) = take_slot() else {
+        // Pool exhausted: this thread counts in the shared slot.
+        s.phase.set(ATTACHED);
+        return;
+    };
+    // Registering OWNER's destructor may allocate (std keeps a list); those
+    // re-entrant calls see ATTACHING and count in the shared slot, untagged.
+    if OWNER.try_with(|o| o.0.set(slot)).is_ok() {
+        s.own.set(slot);
+        s.counter
+            .set(slot.counter(s.tag.get()).map_or(ptr::null(), ptr::from_ref));
+        s.phase.set(ATTACHED);
     } else {
         // The thread is already tearing down: nobody would give the slot back.
-        if !ptr::eq(slot, &SHARED) {
-            slot.in_use.store(false, Ordering::Release);
-        }
-        &SHARED
-    };
-    s.slot.set(slot);
-    s.busy.set(false);
-    Current {
-        tag: s.tag.get(),
-        thread,
-        slot,
-        busy: false,
+        slot.in_use.store(false, Ordering::Release);
+        s.phase.set(DETACHED);
     }
 }
 
-fn take_slot() -> &'static Slot {
+fn take_slot() -> Option<&'static Slot> {
     let start = NEXT_SLOT.fetch_add(1, Ordering::Relaxed) as usize;
     for i in 0..MAX_THREAD_SLOTS {
         let slot = &SLOTS[(start + i) % MAX_THREAD_SLOTS];
@@ -268,10 +353,10 @@ fn take_slot() -> &'static Slot {
                 .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
         {
-            return slot;
+            return Some(slot);
         }
     }
-    &SHARED
+    None
 }
 
 /// The calling thread's tag id (0 when none is set).
@@ -280,10 +365,21 @@ pub(crate) fn current_tag() -> u32 {
     STATE.try_with(|s| s.tag.get()).unwrap_or(0)
 }
 
-/// Sets the calling thread's tag id, returning the previous one.
-#[inline]
+/// Sets the calling thread's tag id, returning the previous one, and points
+/// the hot path at the new tag's counter.
 pub(crate) fn swap_tag(id: u32) -> u32 {
-    STATE.try_with(|s| s.tag.replace(id)).unwrap_or(0)
+    STATE
+        .try_with(|s| {
+            let prev = s.tag.replace(id);
+            let own = s.own.get();
+            if !own.is_null() {
+                // SAFETY: a non-null `own` points into the static SLOTS array.
+                let own = unsafe { &*own };
+                s.counter.set(own.counter(id).map_or(ptr::null(), ptr::from_ref));
+            }
+            prev
+        })
+        .unwrap_or(0)
 }
 
 /// Number of slots currently owned by live threads.

@@ -1,0 +1,211 @@
+//! Workloads shared by the bench binaries. Each binary installs its own global
+//! allocator and calls `main_with(variant, tags)`; `benches/run.sh` runs the
+//! binaries interleaved and turns their lines into ratios.
+//!
+//! Output, one line per measurement (tab-separated):
+//! `variant  workload  param  ns_per_op  wall_ms`
+
+use std::alloc::{alloc, dealloc, Layout};
+use std::hint::black_box;
+use std::sync::mpsc;
+use std::time::Instant;
+
+/// Options from the command line.
+pub struct Opts {
+    /// Full run (`cargo bench` passes `--bench`); otherwise a smoke run.
+    pub full: bool,
+    /// Only workloads whose name contains this.
+    pub filter: Option<String>,
+    /// Scale factor for the pipeline workload.
+    pub scale: usize,
+}
+
+impl Opts {
+    pub fn from_args() -> Opts {
+        let mut o = Opts {
+            full: false,
+            filter: None,
+            scale: 1,
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(a) = args.next() {
+            match a.as_str() {
+                "--bench" => o.full = true,
+                "--scale" => o.scale = args.next().and_then(|s| s.parse().ok()).unwrap_or(1),
+                s if s.starts_with("--") => {}
+                s => o.filter = Some(s.to_owned()),
+            }
+        }
+        o
+    }
+
+    fn wants(&self, name: &str) -> bool {
+        self.filter.as_deref().is_none_or(|f| name.contains(f))
+    }
+}
+
+/// Allocation + free pairs of one size on `threads` threads; ns per pair
+/// (per thread: wall time / pairs done by one thread).
+pub fn pairs(size: usize, threads: usize, iters: usize) -> f64 {
+    let layout = Layout::from_size_align(size, 8).unwrap();
+    let start = Instant::now();
+    let hs: Vec<_> = (0..threads)
+        .map(|_| {
+            std::thread::spawn(move || {
+                for i in 0..iters {
+                    // SAFETY: non-zero size; the block is freed with its layout.
+                    unsafe {
+                        let p = alloc(layout);
+                        if p.is_null() {
+                            std::process::abort();
+                        }
+                        *p = i as u8;
+                        black_box(p);
+                        dealloc(p, layout);
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    start.elapsed().as_nanos() as f64 / iters as f64
+}
+
+/// Small objects held in a batch then freed: the churn of witness generation.
+pub fn batch(size: usize, threads: usize, batch: usize, rounds: usize) -> f64 {
+    let start = Instant::now();
+    let hs: Vec<_> = (0..threads)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut v: Vec<Box<[u8]>> = Vec::with_capacity(batch);
+                for r in 0..rounds {
+                    for i in 0..batch {
+                        v.push(vec![(t + r + i) as u8; size].into_boxed_slice());
+                    }
+                    black_box(&v);
+                    v.clear();
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    start.elapsed().as_nanos() as f64 / (batch * rounds) as f64
+}
+
+/// A scaled-down prover partition pipeline: partitions on worker threads,
+/// each with many small objects, a few large buffers (1-64 MiB) of which a
+/// page per 4 KiB is touched, Vecs grown by realloc, and the large buffers
+/// freed on a separate dealloc thread. Returns total wall ns.
+pub fn pipeline(tags: bool, partitions: u32, scale: usize) -> f64 {
+    let (tx, rx) = mpsc::channel::<Vec<u8>>();
+    let dealloc_thread = std::thread::spawn(move || {
+        let _s = tags.then(|| heaptag::stage("dealloc"));
+        for b in rx {
+            drop(black_box(b));
+        }
+    });
+    let start = Instant::now();
+    let workers: Vec<_> = (0..2u32)
+        .map(|w| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let _j = tags.then(|| heaptag::job(1));
+                for p in (w..partitions).step_by(2) {
+                    let _p = tags.then(|| heaptag::partition(p));
+                    partition(tags, p, scale, &tx);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    drop(tx);
+    dealloc_thread.join().unwrap();
+    start.elapsed().as_nanos() as f64
+}
+
+fn touch(v: &mut [u8]) {
+    for i in (0..v.len()).step_by(4096) {
+        v[i] = 1;
+    }
+}
+
+fn partition(tags: bool, p: u32, scale: usize, tx: &mpsc::Sender<Vec<u8>>) {
+    // Witness generation: many small objects, grown vectors.
+    let witness = {
+        let _s = tags.then(|| heaptag::stage("synthesize_partition"));
+        let mut nodes: Vec<Box<[u64; 4]>> = Vec::new();
+        let mut names: Vec<String> = Vec::new();
+        for i in 0..(200_000 * scale) {
+            nodes.push(Box::new([i as u64; 4]));
+            if i % 8 == 0 {
+                names.push(format!("var_{p}_{i}"));
+            }
+        }
+        let mut aux: Vec<u64> = Vec::new();
+        for i in 0..(1_000_000 * scale) {
+            aux.push(i as u64);
+        }
+        black_box(&names);
+        (nodes, aux)
+    };
+    // Large a/b/c buffers, then the simulated GPU stage on them.
+    let _s = tags.then(|| heaptag::stage("gpu_prove"));
+    let mut bufs: Vec<Vec<u8>> = [1usize, 4, 16, 64]
+        .iter()
+        .map(|mib| vec![0u8; (mib << 20) * scale])
+        .collect();
+    for b in &mut bufs {
+        touch(b);
+    }
+    let mut scratch: Vec<Box<[u8]>> = Vec::new();
+    for i in 0..(50_000 * scale) {
+        scratch.push(vec![i as u8; 32 + i % 200].into_boxed_slice());
+        if scratch.len() > 1000 {
+            scratch.clear();
+        }
+    }
+    drop(witness);
+    // Cross-thread frees of the big buffers.
+    for b in bufs {
+        let _ = tx.send(b);
+    }
+}
+
+/// Runs the workloads the options select and prints one line per result.
+pub fn main_with(variant: &str, tags: bool) {
+    let o = Opts::from_args();
+    let k = if o.full { 1 } else { 20 }; // smoke runs do 1/20th of the work
+    let out = |workload: &str, param: String, ns: f64, wall_ns: f64| {
+        println!("{variant}\t{workload}\t{param}\t{ns:.2}\t{:.1}", wall_ns / 1e6);
+    };
+    for threads in [1usize, 2] {
+        for size in [16usize, 64, 256, 1024, 4096, 16 << 10, 64 << 10, 256 << 10, 1 << 20] {
+            let name = format!("pairs/{threads}t");
+            if !o.wants(&name) {
+                continue;
+            }
+            let iters = (if size >= 64 << 10 { 200_000 } else { 5_000_000 }) / k;
+            let ns = pairs(size, threads, iters);
+            out(&name, size.to_string(), ns, ns * iters as f64);
+        }
+    }
+    for threads in [1usize, 2] {
+        let name = format!("batch/{threads}t");
+        if o.wants(&name) {
+            let rounds = 200 / k;
+            let ns = batch(48, threads, 10_000, rounds);
+            out(&name, "48".into(), ns, ns * (10_000 * rounds) as f64);
+        }
+    }
+    if o.wants("pipeline") {
+        let partitions = if o.full { 10 } else { 2 };
+        let ns = pipeline(tags, partitions, o.scale);
+        out("pipeline", format!("{partitions}p"), ns, ns);
+    }
+}

@@ -1,0 +1,359 @@
+//! A scaled-down model of the GPU prover's memory behaviour, run under heaptag.
+//!
+//! A "pre-compiled constraint evaluator" (PCE) keeps the circuit's R1CS as
+//! three CSR matrices (row pointers `Vec<u32>`, column indices `Vec<u32>`,
+//! 32-byte field elements) in a process-wide cache: it must exist once. Each
+//! job runs its partitions on the rayon pool: witness generation, a sparse
+//! matrix multiply against the PCE producing a/b/c vectors, a simulated GPU
+//! stage, proof assembly; aux vectors are freed on a separate dealloc thread.
+//!
+//! ```text
+//! cargo run --release --example pce_pipeline -- [--pce shared|per-partition|cloned]
+//!     [--jobs J] [--partitions N] [--pce-mib M] [--hold-baseline]
+//! ```
+//!
+//! `--pce per-partition` (each partition builds its own copy) and `--pce
+//! cloned` (each partition clones the cached one) reproduce the two bugs the
+//! report must catch. At the end the example prints heaptag's per-tag table
+//! and how many PCE-sized copies were alive at once, measured in-process by a
+//! monitor thread reading `heaptag::snapshot()`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use heaptag::Tag;
+
+#[global_allocator]
+static GLOBAL: heaptag::Alloc = heaptag::Alloc::new();
+
+/// A 32-byte field element (BLS12-381 Fr, as 4 limbs).
+type Fr = [u64; 4];
+
+/// One CSR matrix.
+#[derive(Clone)]
+struct Csr {
+    row_ptrs: Vec<u32>,
+    cols: Vec<u32>,
+    vals: Vec<Fr>,
+}
+
+/// The three R1CS matrices.
+#[derive(Clone)]
+struct Pce {
+    a: Csr,
+    b: Csr,
+    c: Csr,
+    num_inputs: usize,
+}
+
+impl Pce {
+    fn bytes(&self) -> u64 {
+        [&self.a, &self.b, &self.c]
+            .iter()
+            .map(|m| (m.row_ptrs.len() * 4 + m.cols.len() * 4 + m.vals.len() * 32) as u64)
+            .sum()
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    Shared,
+    PerPartition,
+    Cloned,
+}
+
+struct Args {
+    mode: Mode,
+    jobs: u64,
+    partitions: u32,
+    pce_mib: usize,
+    hold_baseline: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        mode: Mode::Shared,
+        jobs: 2,
+        partitions: 4,
+        pce_mib: 64,
+        hold_baseline: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        match flag.as_str() {
+            "--pce" => {
+                a.mode = match value("--pce")?.as_str() {
+                    "shared" => Mode::Shared,
+                    "per-partition" => Mode::PerPartition,
+                    "cloned" => Mode::Cloned,
+                    other => return Err(format!("--pce {other}: expected shared, per-partition or cloned")),
+                }
+            }
+            "--jobs" => a.jobs = num(&value("--jobs")?, "--jobs")?,
+            "--partitions" => a.partitions = num(&value("--partitions")?, "--partitions")?,
+            "--pce-mib" => a.pce_mib = num(&value("--pce-mib")?, "--pce-mib")?,
+            "--hold-baseline" => a.hold_baseline = true,
+            "-h" | "--help" => {
+                println!(
+                    "usage: pce_pipeline [--pce shared|per-partition|cloned] [--jobs J] \
+                     [--partitions N] [--pce-mib M] [--hold-baseline]"
+                );
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument {other} (try --help)")),
+        }
+    }
+    if a.jobs == 0 || a.partitions == 0 || a.pce_mib == 0 {
+        return Err("--jobs, --partitions and --pce-mib must be at least 1".into());
+    }
+    Ok(a)
+}
+
+fn num<T: std::str::FromStr>(v: &str, name: &str) -> Result<T, String> {
+    v.parse().map_err(|_| format!("{name} {v}: not a number"))
+}
+
+/// A deterministic synthetic circuit of about `mib` MiB of CSR data.
+fn build_pce(mib: usize) -> Pce {
+    // Per non-zero: 4 (col) + 32 (val) bytes, three matrices, ~4 per row.
+    let nnz_per_matrix = (mib << 20) / 3 / 36;
+    let rows = (nnz_per_matrix / 4).max(1);
+    let num_inputs = rows;
+    let matrix = |seed: u64| {
+        let mut row_ptrs = Vec::with_capacity(rows + 1);
+        let mut cols = Vec::with_capacity(nnz_per_matrix);
+        let mut vals = Vec::with_capacity(nnz_per_matrix);
+        let mut x = seed;
+        row_ptrs.push(0);
+        for _ in 0..rows {
+            for _ in 0..4 {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                cols.push((x >> 33) as u32 % num_inputs as u32);
+                vals.push([x, x ^ seed, x.rotate_left(7), 1]);
+            }
+            row_ptrs.push(cols.len() as u32);
+        }
+        Csr { row_ptrs, cols, vals }
+    };
+    Pce {
+        a: matrix(1),
+        b: matrix(2),
+        c: matrix(3),
+        num_inputs,
+    }
+}
+
+static PCE: OnceLock<Arc<Pce>> = OnceLock::new();
+
+/// The process-wide PCE, extracted once under the `pce_load` stage.
+fn shared_pce(mib: usize) -> Arc<Pce> {
+    PCE.get_or_init(|| {
+        let _s = heaptag::stage("pce_load");
+        Arc::new(build_pce(mib))
+    })
+    .clone()
+}
+
+fn spmv(m: &Csr, w: &[Fr]) -> Vec<Fr> {
+    let mut out = vec![[0u64; 4]; m.row_ptrs.len() - 1];
+    for (r, o) in out.iter_mut().enumerate() {
+        let (s, e) = (m.row_ptrs[r] as usize, m.row_ptrs[r + 1] as usize);
+        for k in s..e {
+            let (c, v) = (m.cols[k] as usize, m.vals[k]);
+            for l in 0..4 {
+                o[l] = o[l].wrapping_add(v[l].wrapping_mul(w[c][l]));
+            }
+        }
+    }
+    out
+}
+
+/// One partition: witness, a/b/c by SpMV, simulated GPU work, assembly.
+fn partition(args: &Args, part: u32, dealloc: &mpsc::Sender<Vec<Fr>>) -> u64 {
+    let pce_copy;
+    let pce: &Pce = match args.mode {
+        Mode::Shared => {
+            pce_copy = shared_pce(args.pce_mib);
+            &pce_copy
+        }
+        Mode::PerPartition => {
+            let _s = heaptag::stage("pce_load");
+            pce_copy = Arc::new(build_pce(args.pce_mib));
+            &pce_copy
+        }
+        Mode::Cloned => {
+            let shared = shared_pce(args.pce_mib);
+            let _s = heaptag::stage("pce_load");
+            pce_copy = Arc::new((*shared).clone());
+            &pce_copy
+        }
+    };
+    let (a, b, c, aux) = {
+        let _s = heaptag::stage("synthesize_partition");
+        let aux: Vec<Fr> = (0..pce.num_inputs as u64)
+            .map(|i| [i ^ u64::from(part), i, i.rotate_left(3), 1])
+            .collect();
+        let a = spmv(&pce.a, &aux);
+        let b = spmv(&pce.b, &aux);
+        let c = spmv(&pce.c, &aux);
+        (a, b, c, aux)
+    };
+    let digest = {
+        let _s = heaptag::stage("gpu_prove");
+        let scratch: Vec<u64> = a.iter().zip(&b).zip(&c).map(|((x, y), z)| x[0] ^ y[1] ^ z[2]).collect();
+        scratch.iter().fold(0u64, |h, v| h.rotate_left(5) ^ v)
+    };
+    drop((a, b, c));
+    // The aux vector is freed on the dealloc thread, under the tag it was
+    // allocated with.
+    let _ = dealloc.send(aux);
+    let _s = heaptag::stage("proof_assembly");
+    let proof = format!("proof-{part}-{digest:016x}").into_bytes();
+    proof.len() as u64
+}
+
+fn gib(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("pce_pipeline: {e}");
+            std::process::exit(2);
+        }
+    };
+    let started = std::time::Instant::now();
+
+    // The monitor: the most PCE-stage bytes alive at one moment.
+    let stop = Arc::new(AtomicBool::new(false));
+    let monitor = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut max = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let s = heaptag::snapshot();
+                let live: u64 = s
+                    .tags_where(|t| t.stage == Some("pce_load"))
+                    .map(|t| t.tracked.live_bytes)
+                    .sum();
+                max = max.max(live);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            max
+        })
+    };
+
+    // Benchmark artifact: "old path" results kept alive during the PCE path.
+    let baseline: Option<Vec<Fr>> = args.hold_baseline.then(|| {
+        let _s = heaptag::stage("baseline_results");
+        vec![[7u64; 4]; (args.pce_mib << 20) / 32]
+    });
+
+    let (dtx, drx) = mpsc::channel::<Vec<Fr>>();
+    let dealloc = std::thread::spawn(move || {
+        // Frees here are charged to the tags that allocated the vectors.
+        let _s = heaptag::stage("dealloc");
+        for v in drx {
+            drop(v);
+        }
+    });
+
+    let args = &args;
+    std::thread::scope(|s| {
+        for job in 1..=args.jobs {
+            let dtx = dtx.clone();
+            s.spawn(move || {
+                let _j = heaptag::job(job);
+                // Partitions fan out on the rayon pool, whose threads do not
+                // inherit this thread's tag: capture it here (rayon::scope's
+                // body itself already runs on a pool thread) and enter it in
+                // each task.
+                let job_tag = heaptag::current();
+                rayon::scope(|rs| {
+                    for part in 0..args.partitions {
+                        let tag = Tag {
+                            partition: Some(part),
+                            ..job_tag
+                        };
+                        let dtx = dtx.clone();
+                        rs.spawn(move |_| {
+                            tag.scope(|| partition(args, part, &dtx));
+                        });
+                    }
+                });
+            });
+        }
+    });
+    drop(dtx);
+    dealloc.join().expect("dealloc thread");
+    drop(baseline);
+    stop.store(true, Ordering::Relaxed);
+    let pce_peak = monitor.join().expect("monitor thread");
+
+    let snap = heaptag::snapshot();
+    let pce_bytes = PCE.get().map_or_else(|| build_pce(args.pce_mib).bytes(), |p| p.bytes());
+    println!(
+        "heaptag: pce_pipeline --pce {:?} --jobs {} --partitions {} ({} PCE) in {:.1?}",
+        args.mode,
+        args.jobs,
+        args.partitions,
+        gib(pce_bytes),
+        started.elapsed()
+    );
+    println!();
+    println!(
+        "{:<44} {:>11} {:>11} {:>11} {:>10}",
+        "tag", "peak live", "live at end", "allocated", "allocs"
+    );
+    let mut rows: Vec<_> = snap.tags.iter().filter(|t| t.alloc_count > 0).collect();
+    rows.sort_by(|a, b| (a.tag.job, a.tag.stage, a.tag.partition).cmp(&(b.tag.job, b.tag.stage, b.tag.partition)));
+    for t in rows {
+        println!(
+            "{:<44} {:>11} {:>11} {:>11} {:>10}",
+            t.tag.to_string(),
+            gib(t.peak_live_bytes),
+            gib(t.live_bytes),
+            gib(t.alloc_bytes),
+            t.alloc_count
+        );
+    }
+    println!();
+    println!(
+        "process: live {} (tracked {}), allocated {}, heaptag's own memory {}",
+        gib(snap.totals.live_bytes),
+        gib(snap.totals.tracked_live_bytes),
+        gib(snap.totals.alloc_bytes),
+        gib(snap.overhead_bytes)
+    );
+    let copies = (pce_peak as f64 / pce_bytes as f64).round() as u64;
+    let verdict = if copies <= 1 {
+        "SHARED ONCE".to_string()
+    } else {
+        format!(
+            "DUPLICATED x{copies} (wasted {})",
+            gib(pce_peak.saturating_sub(pce_bytes))
+        )
+    };
+    println!(
+        "pce_load: at most {} alive at once = {} PCE-sized copies -> {verdict} \
+         (judged by size; content fingerprints come with the event log)",
+        gib(pce_peak),
+        copies
+    );
+}
