@@ -87,3 +87,19 @@ fn purge_returns_freed_pages() {
     drop(v);
     heaptag::purge().expect("purge all arenas");
 }
+
+#[test]
+fn freeing_a_large_block_heaptag_never_saw_is_counted_not_fatal() {
+    use std::alloc::{GlobalAlloc, Layout};
+    let layout = Layout::from_size_align(1 << 20, 8).unwrap();
+    let before = heaptag::snapshot().health.untracked_frees;
+    // SAFETY: a block from jemalloc directly (heaptag never sees it), freed
+    // through the global allocator, which forwards to the same jemalloc.
+    unsafe {
+        let p = tikv_jemallocator::Jemalloc.alloc(layout);
+        assert!(!p.is_null());
+        std::alloc::dealloc(p, layout);
+    }
+    let after = heaptag::snapshot().health.untracked_frees;
+    assert_eq!(after, before + 1);
+}
