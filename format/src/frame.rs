@@ -1,0 +1,355 @@
+//! Frames: how records are batched, checksummed and read back.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::fs::File;
+use std::io::{BufReader, ErrorKind, Read};
+use std::path::Path;
+
+use crate::codec::{Cursor, Sink};
+use crate::header::FIXED_LEN;
+use crate::record::{Deltas, Record};
+use crate::{DecodeError, Header, ReadError};
+
+/// Marks the start of every frame; a reader that meets a damaged frame scans
+/// forward to the next one.
+pub const SYNC: [u8; 4] = *b"HTFR";
+/// Sync, payload length (u32 LE), payload CRC-32 (u32 LE).
+pub const FRAME_HEADER_LEN: usize = 12;
+/// Largest payload a reader accepts; a larger length means damage.
+pub const MAX_FRAME: usize = 64 << 20;
+
+/// Appends a frame holding `payload` (encoded records) to `out`.
+pub fn encode_frame(payload: &[u8], out: &mut impl Sink) {
+    out.put(&SYNC);
+    out.put(&(payload.len() as u32).to_le_bytes());
+    out.put(&crc32fast::hash(payload).to_le_bytes());
+    out.put(payload);
+}
+
+/// What went wrong in the body of a log (the header was fine).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProblemKind {
+    /// The file ends inside a frame: the writer was killed or the disk
+    /// filled. Everything before is intact.
+    Truncated,
+    /// A frame's checksum or length is wrong; it was skipped.
+    CorruptFrame,
+    /// A record inside a checksummed frame did not decode; the rest of that
+    /// frame was skipped.
+    BadRecord(&'static str),
+    /// Reading failed.
+    Io(String),
+}
+
+/// A problem met while reading, with the byte offset where it starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// Byte offset in the file.
+    pub offset: u64,
+    /// What happened.
+    pub kind: ProblemKind,
+    /// Bytes skipped because of it.
+    pub skipped: u64,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            ProblemKind::Truncated => write!(
+                f,
+                "log truncated at byte {}: the last {} bytes are an incomplete frame (the writer stopped mid-write); \
+                 everything before is used",
+                self.offset, self.skipped
+            ),
+            ProblemKind::CorruptFrame => write!(
+                f,
+                "corrupt frame at byte {}: skipped {} bytes to the next intact frame",
+                self.offset, self.skipped
+            ),
+            ProblemKind::BadRecord(what) => write!(
+                f,
+                "undecodable record at byte {} ({what}): skipped the rest of its frame",
+                self.offset
+            ),
+            ProblemKind::Io(e) => write!(f, "read error at byte {}: {e}", self.offset),
+        }
+    }
+}
+
+/// A reader with a push-back buffer, so a resync can return bytes it read ahead.
+struct Src<R> {
+    inner: R,
+    back: Vec<u8>,
+    pos: usize,
+}
+
+impl<R: Read> Read for Src<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.pos < self.back.len() {
+            let n = buf.len().min(self.back.len() - self.pos);
+            buf[..n].copy_from_slice(&self.back[self.pos..self.pos + n]);
+            self.pos += n;
+            if self.pos == self.back.len() {
+                self.back.clear();
+                self.pos = 0;
+            }
+            return Ok(n);
+        }
+        self.inner.read(buf)
+    }
+}
+
+/// Streams the records of a log, frame by frame, in bounded memory.
+///
+/// Damage never stops the reader early without saying so: every skipped
+/// range is listed in [`problems`](LogReader::problems), and
+/// [`ended`](LogReader::ended) tells whether the writer finished the log.
+pub struct LogReader<R> {
+    src: Src<R>,
+    header: Header,
+    offset: u64,
+    pending: VecDeque<Record>,
+    problems: Vec<Problem>,
+    ended: bool,
+    done: bool,
+    buf: Vec<u8>,
+    frames: u64,
+    payload_bytes: u64,
+}
+
+impl LogReader<BufReader<File>> {
+    /// Opens the log at `path`.
+    pub fn open(path: &Path) -> Result<Self, ReadError> {
+        LogReader::new(BufReader::with_capacity(1 << 20, File::open(path)?))
+    }
+}
+
+impl<R: Read> LogReader<R> {
+    /// Reads the header from `r`.
+    pub fn new(mut r: R) -> Result<Self, ReadError> {
+        let mut fixed = [0u8; FIXED_LEN];
+        let got = read_full(&mut r, &mut fixed)?;
+        if got < FIXED_LEN {
+            if got >= 8 && fixed[..8] != crate::MAGIC {
+                return Err(ReadError::NotHeaptag {
+                    found: fixed[..8].try_into().expect("8 bytes"),
+                });
+            }
+            return Err(ReadError::TooShort { len: got as u64 });
+        }
+        let (version, len, crc) = Header::parse_fixed(&fixed)?;
+        let mut body = vec![0u8; len];
+        if read_full(&mut r, &mut body)? < len {
+            return Err(ReadError::BadHeader(DecodeError {
+                offset: FIXED_LEN as u64,
+                what: "file ends inside the header",
+            }));
+        }
+        let header = Header::decode_body(version, &body, crc)?;
+        Ok(LogReader {
+            src: Src {
+                inner: r,
+                back: Vec::new(),
+                pos: 0,
+            },
+            header,
+            offset: (FIXED_LEN + len) as u64,
+            pending: VecDeque::new(),
+            problems: Vec::new(),
+            ended: false,
+            done: false,
+            buf: Vec::new(),
+            frames: 0,
+            payload_bytes: 0,
+        })
+    }
+
+    /// The log's header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Problems met so far (damage skipped, truncation).
+    pub fn problems(&self) -> &[Problem] {
+        &self.problems
+    }
+
+    /// True once an `End` record was read: the writer finished the log.
+    pub fn ended(&self) -> bool {
+        self.ended
+    }
+
+    /// Bytes consumed so far (the offset of the next frame).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Intact frames read so far and the bytes of their payloads.
+    pub fn frames_read(&self) -> (u64, u64) {
+        (self.frames, self.payload_bytes)
+    }
+
+    /// Reads the next intact frame's records into `pending`; false at the end.
+    fn next_frame(&mut self) -> bool {
+        loop {
+            let start = self.offset;
+            let mut head = [0u8; FRAME_HEADER_LEN];
+            let got = match read_full(&mut self.src, &mut head) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.problem(start, ProblemKind::Io(e.to_string()), 0);
+                    return false;
+                }
+            };
+            if got == 0 {
+                return false;
+            }
+            if got < FRAME_HEADER_LEN {
+                self.offset += got as u64;
+                self.problem(start, ProblemKind::Truncated, got as u64);
+                return false;
+            }
+            let len = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes")) as usize;
+            let crc = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
+            if head[..4] != SYNC || len > MAX_FRAME {
+                if !self.resync(start, &head) {
+                    return false;
+                }
+                continue;
+            }
+            self.buf.resize(len, 0);
+            let got = match read_full(&mut self.src, &mut self.buf) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.problem(start, ProblemKind::Io(e.to_string()), 0);
+                    return false;
+                }
+            };
+            if got < len {
+                self.offset += (FRAME_HEADER_LEN + got) as u64;
+                self.problem(start, ProblemKind::Truncated, (FRAME_HEADER_LEN + got) as u64);
+                return false;
+            }
+            if crc32fast::hash(&self.buf) != crc {
+                // The length may be the damaged part: do not trust it to find
+                // the next frame; scan from just after this sync instead.
+                let mut rest = head[4..].to_vec();
+                rest.extend_from_slice(&self.buf);
+                self.unread(rest);
+                self.offset = start + 4;
+                if !self.scan_to_sync(start) {
+                    return false;
+                }
+                continue;
+            }
+            self.offset = start + (FRAME_HEADER_LEN + len) as u64;
+            self.frames += 1;
+            self.payload_bytes += len as u64;
+            let mut c = Cursor::new(&self.buf, start + FRAME_HEADER_LEN as u64);
+            let mut d = Deltas::default();
+            while !c.is_empty() {
+                match Record::decode(&mut d, &mut c) {
+                    Ok(r) => {
+                        if matches!(r, Record::End { .. }) {
+                            self.ended = true;
+                        }
+                        self.pending.push_back(r);
+                    }
+                    Err(e) => {
+                        let rest = self.offset - e.offset;
+                        self.problem(e.offset, ProblemKind::BadRecord(e.what), rest);
+                        break;
+                    }
+                }
+            }
+            return true;
+        }
+    }
+
+    /// A damaged frame header at `start`: push its bytes after the first back
+    /// and scan for the next sync marker.
+    fn resync(&mut self, start: u64, head: &[u8; FRAME_HEADER_LEN]) -> bool {
+        self.unread(head[1..].to_vec());
+        self.offset = start + 1;
+        self.scan_to_sync(start)
+    }
+
+    /// Reads forward from `self.offset` to the next sync marker, leaving it
+    /// unread; records the skipped range as a corrupt frame starting at
+    /// `damage`. False when the file ends first (recorded as truncation).
+    fn scan_to_sync(&mut self, damage: u64) -> bool {
+        let mut window: Vec<u8> = Vec::new();
+        loop {
+            if let Some(i) = window.windows(4).position(|w| w == SYNC) {
+                let found = self.offset + i as u64;
+                self.problem(damage, ProblemKind::CorruptFrame, found - damage);
+                self.unread(window[i..].to_vec());
+                self.offset = found;
+                return true;
+            }
+            let keep_from = window.len().saturating_sub(3);
+            self.offset += keep_from as u64;
+            window.drain(..keep_from);
+            let mut chunk = [0u8; 4096];
+            let n = match self.src.read(&mut chunk) {
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    let at = self.offset;
+                    self.problem(at, ProblemKind::Io(e.to_string()), 0);
+                    return false;
+                }
+            };
+            if n == 0 {
+                let end = self.offset + window.len() as u64;
+                self.problem(damage, ProblemKind::CorruptFrame, end - damage);
+                self.offset = end;
+                return false;
+            }
+            window.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Puts `bytes` back in front of the unread stream.
+    fn unread(&mut self, bytes: Vec<u8>) {
+        let src = &mut self.src;
+        src.back.drain(..src.pos);
+        src.pos = 0;
+        src.back.splice(0..0, bytes);
+    }
+
+    fn problem(&mut self, offset: u64, kind: ProblemKind, skipped: u64) {
+        self.problems.push(Problem { offset, kind, skipped });
+    }
+}
+
+impl<R: Read> Iterator for LogReader<R> {
+    type Item = Record;
+
+    fn next(&mut self) -> Option<Record> {
+        loop {
+            if let Some(r) = self.pending.pop_front() {
+                return Some(r);
+            }
+            if self.done || !self.next_frame() {
+                self.done = true;
+                return None;
+            }
+        }
+    }
+}
+
+/// Reads until `buf` is full or the stream ends; returns the bytes read.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}

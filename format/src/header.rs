@@ -1,0 +1,201 @@
+//! The log header: who wrote the log, with which settings, and the module map
+//! needed to symbolize addresses offline.
+
+use crate::codec::{put_bytes, put_str, put_varint, Cursor, Sink};
+use crate::{DecodeError, ReadError};
+
+/// The first 8 bytes of every heaptag log.
+pub const MAGIC: [u8; 8] = *b"HEAPTAG\0";
+/// The format version this crate writes and the newest it reads.
+pub const VERSION: u16 = 1;
+/// Fixed part: magic, version, reserved, body length, body CRC.
+pub(crate) const FIXED_LEN: usize = 8 + 2 + 2 + 4 + 4;
+
+/// Settings the writing process ran with.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LogSettings {
+    /// Blocks of at least this size were tracked exactly.
+    pub threshold: u64,
+    /// Mean bytes between sampled small blocks (0: none).
+    pub sample_rate: u64,
+    /// Sampling interval of RSS, jemalloc stats and counters, in ns.
+    pub interval_ns: u64,
+    /// Tracked blocks of at least this size were fingerprinted.
+    pub fingerprint_min: u64,
+    /// Fingerprints hash the whole content (otherwise sampled blocks).
+    pub fingerprint_full: bool,
+    /// Maximum frames per call stack (0: stacks off).
+    pub stack_depth: u32,
+    /// Capacity of the event buffer, in events.
+    pub buffer_events: u64,
+    /// C and C++ code also allocates from jemalloc (unprefixed build).
+    pub unprefixed_jemalloc: bool,
+}
+
+/// One loaded object (executable or shared library) mapped executable.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Module {
+    /// First address of the mapping.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// File offset the mapping starts at.
+    pub file_offset: u64,
+    /// Path of the object.
+    pub path: String,
+    /// GNU build id, if the object has one.
+    pub build_id: Vec<u8>,
+}
+
+/// The header of a heaptag log.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Header {
+    /// Format version of the file.
+    pub version: u16,
+    /// Process id of the writer.
+    pub pid: u32,
+    /// Wall clock at the start, ns since the Unix epoch.
+    pub start_wall_ns: u64,
+    /// Monotonic clock at the start, ns (record times are relative to it).
+    pub start_mono_ns: u64,
+    /// Executable path.
+    pub exe: String,
+    /// Command line.
+    pub cmdline: Vec<String>,
+    /// heaptag version that wrote the log.
+    pub heaptag_version: String,
+    /// Settings in force.
+    pub settings: LogSettings,
+    /// Executable mappings, for offline symbolization.
+    pub modules: Vec<Module>,
+}
+
+impl Header {
+    /// Appends the encoded header (fixed part and body) to `out`.
+    pub fn encode(&self, out: &mut impl Sink) {
+        let mut body = Vec::new();
+        put_varint(&mut body, u64::from(self.pid));
+        put_varint(&mut body, self.start_wall_ns);
+        put_varint(&mut body, self.start_mono_ns);
+        put_str(&mut body, &self.exe);
+        put_varint(&mut body, self.cmdline.len() as u64);
+        for a in &self.cmdline {
+            put_str(&mut body, a);
+        }
+        put_str(&mut body, &self.heaptag_version);
+        let s = &self.settings;
+        for v in [
+            s.threshold,
+            s.sample_rate,
+            s.interval_ns,
+            s.fingerprint_min,
+            u64::from(s.fingerprint_full),
+            u64::from(s.stack_depth),
+            s.buffer_events,
+            u64::from(s.unprefixed_jemalloc),
+        ] {
+            put_varint(&mut body, v);
+        }
+        put_varint(&mut body, self.modules.len() as u64);
+        for m in &self.modules {
+            put_varint(&mut body, m.start);
+            put_varint(&mut body, m.end);
+            put_varint(&mut body, m.file_offset);
+            put_str(&mut body, &m.path);
+            put_bytes(&mut body, &m.build_id);
+        }
+        out.put(&MAGIC);
+        out.put(&VERSION.to_le_bytes());
+        out.put(&0u16.to_le_bytes());
+        out.put(&(body.len() as u32).to_le_bytes());
+        out.put(&crc32fast::hash(&body).to_le_bytes());
+        out.put(&body);
+    }
+
+    /// Parses the fixed part; returns the version and body length.
+    pub(crate) fn parse_fixed(fixed: &[u8; FIXED_LEN]) -> Result<(u16, usize, u32), ReadError> {
+        let magic: [u8; 8] = fixed[..8].try_into().expect("8 bytes");
+        if magic != MAGIC {
+            return Err(ReadError::NotHeaptag { found: magic });
+        }
+        let version = u16::from_le_bytes([fixed[8], fixed[9]]);
+        if version > VERSION {
+            return Err(ReadError::NewerVersion {
+                found: version,
+                supported: VERSION,
+            });
+        }
+        if version == 0 {
+            return Err(ReadError::BadHeader(DecodeError {
+                offset: 8,
+                what: "format version 0 does not exist",
+            }));
+        }
+        let len = u32::from_le_bytes(fixed[12..16].try_into().expect("4 bytes")) as usize;
+        if len > 64 << 20 {
+            return Err(ReadError::BadHeader(DecodeError {
+                offset: 12,
+                what: "header longer than 64 MiB",
+            }));
+        }
+        let crc = u32::from_le_bytes(fixed[16..20].try_into().expect("4 bytes"));
+        Ok((version, len, crc))
+    }
+
+    /// Decodes the body that follows the fixed part.
+    pub(crate) fn decode_body(version: u16, body: &[u8], crc: u32) -> Result<Header, ReadError> {
+        if crc32fast::hash(body) != crc {
+            return Err(ReadError::BadHeader(DecodeError {
+                offset: FIXED_LEN as u64,
+                what: "header checksum mismatch",
+            }));
+        }
+        let mut c = Cursor::new(body, FIXED_LEN as u64);
+        let h = (|| -> Result<Header, DecodeError> {
+            let pid = c.varint32()?;
+            let start_wall_ns = c.varint()?;
+            let start_mono_ns = c.varint()?;
+            let exe = c.string()?;
+            let n = c.varint()?;
+            let mut cmdline = Vec::new();
+            for _ in 0..n {
+                cmdline.push(c.string()?);
+            }
+            let heaptag_version = c.string()?;
+            let settings = LogSettings {
+                threshold: c.varint()?,
+                sample_rate: c.varint()?,
+                interval_ns: c.varint()?,
+                fingerprint_min: c.varint()?,
+                fingerprint_full: c.varint()? != 0,
+                stack_depth: c.varint32()?,
+                buffer_events: c.varint()?,
+                unprefixed_jemalloc: c.varint()? != 0,
+            };
+            let n = c.varint()?;
+            let mut modules = Vec::new();
+            for _ in 0..n {
+                modules.push(Module {
+                    start: c.varint()?,
+                    end: c.varint()?,
+                    file_offset: c.varint()?,
+                    path: c.string()?,
+                    build_id: c.bytes()?.to_vec(),
+                });
+            }
+            Ok(Header {
+                version,
+                pid,
+                start_wall_ns,
+                start_mono_ns,
+                exe,
+                cmdline,
+                heaptag_version,
+                settings,
+                modules,
+            })
+        })()
+        .map_err(ReadError::BadHeader)?;
+        Ok(h)
+    }
+}

@@ -1,0 +1,71 @@
+//! `heaptag-format`: the one definition of heaptag's event log, used by the
+//! allocator's writer and the analyzer's reader. It has no dependency on
+//! jemalloc. `docs/FORMAT.md` describes the same bytes in prose.
+//!
+//! A log is a [`Header`] followed by frames. A frame is a sync marker, a
+//! length, a CRC-32 and a payload of [`Record`]s whose delta state restarts
+//! at every frame, so a reader can verify each frame on its own, skip a
+//! corrupt one, and stop cleanly at a truncated tail.
+
+#![warn(missing_docs)]
+
+pub mod codec;
+mod frame;
+mod header;
+mod record;
+
+pub use codec::Sink;
+pub use frame::{encode_frame, LogReader, Problem, ProblemKind, FRAME_HEADER_LEN, MAX_FRAME, SYNC};
+pub use header::{Header, LogSettings, Module, MAGIC, VERSION};
+pub use record::{Deltas, Fill, FpWhen, Record, TagCount};
+
+use std::fmt;
+
+/// A record or header field that could not be decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodeError {
+    /// Byte offset in the file where decoding failed.
+    pub offset: u64,
+    /// What was wrong.
+    pub what: &'static str,
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} at byte {}", self.what, self.offset)
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+/// Why a log could not be opened at all.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// The file could not be read.
+    #[error("cannot read the log: {0}")]
+    Io(#[from] std::io::Error),
+    /// The file is shorter than a header.
+    #[error("not a heaptag log: the file is {len} bytes, shorter than a header")]
+    TooShort {
+        /// File length seen.
+        len: u64,
+    },
+    /// The first bytes are not heaptag's magic.
+    #[error("not a heaptag log: the file does not start with \"HEAPTAG\\0\" (found {found:02x?})")]
+    NotHeaptag {
+        /// The first 8 bytes found.
+        found: [u8; 8],
+    },
+    /// Written by a newer heaptag.
+    #[error("log format version {found} is newer than this heaptag understands ({supported}): upgrade heaptag")]
+    NewerVersion {
+        /// Version in the file.
+        found: u16,
+        /// Newest version this reader reads.
+        supported: u16,
+    },
+    /// The header is damaged.
+    #[error("the log header is damaged: {0}")]
+    BadHeader(DecodeError),
+}

@@ -1,0 +1,283 @@
+//! Every record type round-trips through the encoder and the reader; damaged
+//! logs are read up to the damage and the damage is reported with its offset.
+
+use heaptag_format::{
+    encode_frame, Deltas, Fill, FpWhen, Header, LogReader, LogSettings, Module, ProblemKind, ReadError, Record,
+    TagCount,
+};
+use proptest::prelude::*;
+
+fn header() -> Header {
+    Header {
+        version: heaptag_format::VERSION,
+        pid: 4242,
+        start_wall_ns: 1_790_000_000_000_000_000,
+        start_mono_ns: 123_456_789,
+        exe: "/usr/bin/prover".into(),
+        cmdline: vec!["prover".into(), "--partitions".into(), "10".into()],
+        heaptag_version: "0.1.0".into(),
+        settings: LogSettings {
+            threshold: 65536,
+            sample_rate: 524288,
+            interval_ns: 100_000_000,
+            fingerprint_min: 1 << 20,
+            fingerprint_full: false,
+            stack_depth: 32,
+            buffer_events: 65536,
+            unprefixed_jemalloc: false,
+        },
+        modules: vec![Module {
+            start: 0x5555_0000_0000,
+            end: 0x5555_0010_0000,
+            file_offset: 0x1000,
+            path: "/usr/bin/prover".into(),
+            build_id: vec![0xde, 0xad, 0xbe, 0xef],
+        }],
+    }
+}
+
+fn arb_fill() -> impl Strategy<Value = Fill> {
+    prop_oneof![
+        Just(Fill::Mixed),
+        Just(Fill::Zero),
+        any::<u8>().prop_map(Fill::Constant)
+    ]
+}
+
+fn arb_when() -> impl Strategy<Value = FpWhen> {
+    prop_oneof![Just(FpWhen::Free), Just(FpWhen::Mark), Just(FpWhen::Finish)]
+}
+
+fn arb_record() -> impl Strategy<Value = Record> {
+    let t = any::<u64>();
+    prop_oneof![
+        (
+            any::<u32>(),
+            any::<Option<u64>>(),
+            any::<Option<String>>(),
+            any::<Option<u32>>()
+        )
+            .prop_map(|(id, job, stage, partition)| Record::TagDef {
+                id,
+                job,
+                stage,
+                partition
+            }),
+        (any::<u32>(), prop::collection::vec(any::<u64>(), 0..64))
+            .prop_map(|(id, frames)| Record::StackDef { id, frames }),
+        (t, any::<u32>(), any::<u32>(), any::<u32>(), any::<u64>(), any::<u64>()).prop_map(
+            |(time_ns, thread, tag, stack, addr, size)| Record::Alloc {
+                time_ns,
+                thread,
+                tag,
+                stack,
+                addr,
+                size
+            }
+        ),
+        (t, any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(time_ns, thread, addr, size)| Record::Free {
+            time_ns,
+            thread,
+            addr,
+            size
+        }),
+        (t, any::<u32>(), any::<u32>(), any::<(u64, u64, u64, u64)>()).prop_map(
+            |(time_ns, thread, tag, (old_addr, old_size, addr, size))| Record::Realloc {
+                time_ns,
+                thread,
+                tag,
+                old_addr,
+                old_size,
+                addr,
+                size
+            }
+        ),
+        (t, any::<u32>(), any::<u32>(), any::<u32>(), any::<(u64, u64, u64)>()).prop_map(
+            |(time_ns, thread, tag, stack, (addr, size, weight))| Record::SampleAlloc {
+                time_ns,
+                thread,
+                tag,
+                stack,
+                addr,
+                size,
+                weight
+            }
+        ),
+        (t, any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(time_ns, thread, addr, size)| {
+            Record::SampleFree {
+                time_ns,
+                thread,
+                addr,
+                size,
+            }
+        }),
+        (t, ".*").prop_map(|(time_ns, label)| Record::Mark { time_ns, label }),
+        (
+            t,
+            prop::collection::vec(any::<(u32, u64, u64, u64, u64, u64, u64)>(), 0..8)
+        )
+            .prop_map(|(time_ns, v)| {
+                Record::Counters {
+                    time_ns,
+                    tags: v
+                        .into_iter()
+                        .map(|(tag, a, b, c, d, e, f)| TagCount {
+                            tag,
+                            alloc_bytes: a,
+                            alloc_count: b,
+                            tracked_live: c,
+                            small_live: d,
+                            peak: e,
+                            external: f,
+                        })
+                        .collect(),
+                }
+            }),
+        (t, any::<(u64, u64, u64, u64)>()).prop_map(|(time_ns, (a, b, c, d))| Record::Rss {
+            time_ns,
+            vm_rss: a,
+            vm_hwm: b,
+            rss_anon: c,
+            rss_file: d
+        }),
+        (t, any::<(u64, u64, u64, u64, u64, u64)>()).prop_map(|(time_ns, (a, b, c, d, e, f))| Record::Jemalloc {
+            time_ns,
+            allocated: a,
+            active: b,
+            resident: c,
+            mapped: d,
+            retained: e,
+            metadata: f
+        }),
+        (t, any::<u32>(), ".*", any::<i64>()).prop_map(|(time_ns, tag, what, bytes)| Record::External {
+            time_ns,
+            tag,
+            what,
+            bytes
+        }),
+        (t, any::<(u64, u64, u64, bool)>(), arb_fill(), arb_when()).prop_map(
+            |(time_ns, (addr, size, hash, full), fill, when)| Record::Fingerprint {
+                time_ns,
+                addr,
+                size,
+                hash,
+                full,
+                fill,
+                when
+            }
+        ),
+        (t, any::<u64>()).prop_map(|(time_ns, events)| Record::Dropped { time_ns, events }),
+        (any::<u64>(), ".*", ".*", any::<u32>()).prop_map(|(addr, function, file, line)| Record::Symbol {
+            addr,
+            function,
+            file,
+            line
+        }),
+        (t, any::<u64>()).prop_map(|(time_ns, dropped)| Record::End { time_ns, dropped }),
+    ]
+}
+
+/// A whole log: header, then `frames` as separate frames.
+fn log(frames: &[Vec<Record>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    header().encode(&mut out);
+    for f in frames {
+        let mut payload = Vec::new();
+        let mut d = Deltas::default();
+        for r in f {
+            r.encode(&mut d, &mut payload);
+        }
+        encode_frame(&payload, &mut out);
+    }
+    out
+}
+
+proptest! {
+    #[test]
+    fn records_round_trip(frames in prop::collection::vec(prop::collection::vec(arb_record(), 0..20), 0..5)) {
+        let bytes = log(&frames);
+        let mut r = LogReader::new(&bytes[..]).unwrap();
+        prop_assert_eq!(r.header(), &header());
+        let got: Vec<Record> = r.by_ref().collect();
+        let want: Vec<Record> = frames.into_iter().flatten().collect();
+        prop_assert_eq!(got, want);
+        prop_assert!(r.problems().is_empty(), "{:?}", r.problems());
+    }
+}
+
+fn alloc(i: u64) -> Record {
+    Record::Alloc {
+        time_ns: i * 1000,
+        thread: 1,
+        tag: 2,
+        stack: 0,
+        addr: 0x7f00_0000_0000 + i * 0x10000,
+        size: 65536,
+    }
+}
+
+#[test]
+fn truncated_log_reads_to_the_last_whole_frame_and_says_where() {
+    let frames: Vec<Vec<Record>> = (0..4).map(|f| (0..10).map(|i| alloc(f * 10 + i)).collect()).collect();
+    let bytes = log(&frames);
+    let cut = bytes.len() - 7; // inside the last frame
+    let mut r = LogReader::new(&bytes[..cut]).unwrap();
+    let got: Vec<Record> = r.by_ref().collect();
+    assert_eq!(got.len(), 30, "the three whole frames");
+    assert!(!r.ended());
+    assert_eq!(r.problems().len(), 1);
+    let p = &r.problems()[0];
+    assert_eq!(p.kind, ProblemKind::Truncated);
+    assert!(p.to_string().contains("truncated at byte"), "{p}");
+}
+
+#[test]
+fn corrupt_frame_in_the_middle_is_skipped_and_reported() {
+    let frames: Vec<Vec<Record>> = (0..3).map(|f| (0..10).map(|i| alloc(f * 10 + i)).collect()).collect();
+    let mut bytes = log(&frames);
+    let first = log(&frames[..1]).len();
+    bytes[first + 20] ^= 0xff; // a payload byte of frame 2
+    let mut r = LogReader::new(&bytes[..]).unwrap();
+    let got: Vec<Record> = r.by_ref().collect();
+    assert_eq!(got.len(), 20, "frames 1 and 3");
+    assert_eq!(got[10], alloc(20));
+    assert_eq!(r.problems().len(), 1, "{:?}", r.problems());
+    assert_eq!(r.problems()[0].kind, ProblemKind::CorruptFrame);
+    assert_eq!(r.problems()[0].offset, first as u64);
+}
+
+#[test]
+fn damaged_frame_length_resyncs_on_the_next_frame() {
+    let frames: Vec<Vec<Record>> = (0..3).map(|f| (0..5).map(|i| alloc(f * 5 + i)).collect()).collect();
+    let mut bytes = log(&frames);
+    let first = log(&frames[..1]).len();
+    bytes[first + 7] = 0x7f; // length field of frame 2: absurdly large
+    let mut r = LogReader::new(&bytes[..]).unwrap();
+    let got: Vec<Record> = r.by_ref().collect();
+    assert_eq!(got.len(), 10);
+    assert_eq!(r.problems()[0].kind, ProblemKind::CorruptFrame);
+}
+
+#[test]
+fn wrong_magic_newer_version_and_short_files_are_clear_errors() {
+    let mut bytes = log(&[]);
+    bytes[0] = b'X';
+    let e = LogReader::new(&bytes[..]).err().unwrap();
+    assert!(matches!(e, ReadError::NotHeaptag { .. }), "{e}");
+    assert!(e.to_string().starts_with("not a heaptag log"), "{e}");
+
+    let mut bytes = log(&[]);
+    bytes[8] = 99;
+    let e = LogReader::new(&bytes[..]).err().unwrap();
+    assert!(matches!(e, ReadError::NewerVersion { found: 99, .. }), "{e}");
+    assert!(e.to_string().contains("upgrade heaptag"), "{e}");
+
+    let e = LogReader::new(&b"HEAP"[..]).err().unwrap();
+    assert!(matches!(e, ReadError::TooShort { len: 4 }), "{e}");
+
+    let mut bytes = log(&[]);
+    let n = bytes.len();
+    bytes[n - 1] ^= 1;
+    let e = LogReader::new(&bytes[..]).err().unwrap();
+    assert!(e.to_string().contains("header checksum mismatch"), "{e}");
+}
