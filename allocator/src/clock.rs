@@ -27,6 +27,11 @@ pub fn now_ns() -> u64 {
     read(libc::CLOCK_MONOTONIC).saturating_sub(START_MONO.load(Ordering::Relaxed))
 }
 
+/// The monotonic clock's value at initialisation, in ns.
+pub(crate) fn start_mono_ns() -> u64 {
+    START_MONO.load(Ordering::Relaxed)
+}
+
 /// Wall-clock nanoseconds since the Unix epoch.
 pub(crate) fn wall_ns() -> u64 {
     read(libc::CLOCK_REALTIME)

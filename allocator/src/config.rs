@@ -135,7 +135,7 @@ pub(crate) fn init(defaults: &Settings) -> u8 {
 }
 
 /// Reads an environment variable without allocating.
-fn getenv(name: &std::ffi::CStr) -> Option<&'static [u8]> {
+pub(crate) fn getenv(name: &std::ffi::CStr) -> Option<&'static [u8]> {
     // SAFETY: `name` is NUL-terminated. getenv returns a pointer into the
     // environment block, which stays valid unless the program calls setenv
     // concurrently (a documented hazard of setenv itself); we copy nothing and

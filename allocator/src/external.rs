@@ -29,10 +29,13 @@ pub fn external_alloc(bytes: u64, what: &'static str) -> ExternalGuard {
         // Relaxed: an independent statistic.
         e.external_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
-    let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
-    if held.try_reserve(1).is_ok() {
-        *held.entry((id, what)).or_insert(0) += bytes;
+    {
+        let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
+        if held.try_reserve(1).is_ok() {
+            *held.entry((id, what)).or_insert(0) += bytes;
+        }
     }
+    log_change(id, what, bytes as i64);
     ExternalGuard { id, bytes, what }
 }
 
@@ -64,13 +67,28 @@ impl Drop for ExternalGuard {
         if let Some(e) = tag::entry(self.id) {
             e.external_bytes.fetch_sub(self.bytes, Ordering::Relaxed);
         }
-        let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(b) = held.get_mut(&(self.id, self.what)) {
-            *b = b.saturating_sub(self.bytes);
-            if *b == 0 {
-                held.remove(&(self.id, self.what));
+        {
+            let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(b) = held.get_mut(&(self.id, self.what)) {
+                *b = b.saturating_sub(self.bytes);
+                if *b == 0 {
+                    held.remove(&(self.id, self.what));
+                }
             }
         }
+        log_change(self.id, self.what, -(self.bytes as i64));
+    }
+}
+
+/// Writes the change to the event log, when one is being written.
+fn log_change(tag: u32, what: &'static str, bytes: i64) {
+    if crate::log::on() {
+        crate::log::side(heaptag_format::Record::External {
+            time_ns: crate::clock::now_ns(),
+            tag,
+            what: what.to_owned(),
+            bytes,
+        });
     }
 }
 

@@ -21,9 +21,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tikv_jemallocator::Jemalloc;
 
 use crate::config::{self, Settings, HOT, OFF, ON};
+use crate::log::ring::{Event, Kind};
 use crate::table::{self, Entry};
 use crate::thread::{self, Pair};
-use crate::{clock, sampling, tag};
+use crate::{clock, log, sampling, tag};
+use heaptag_format::FpWhen;
 
 /// Allocations the inner allocator refused (null returns), passed through.
 pub(crate) static ALLOC_FAILURES: AtomicU64 = AtomicU64::new(0);
@@ -168,7 +170,14 @@ impl<A: GlobalAlloc> Alloc<A> {
     #[inline(never)]
     unsafe fn dealloc_recorded(&self, ptr: *mut u8, layout: Layout) {
         match table::remove(ptr as usize) {
-            Some(e) => release(&e, layout.size()),
+            Some(e) => {
+                if e.tracked && log::wants_fingerprint(e.size) {
+                    // SAFETY: the block is still allocated (it is freed
+                    // below) and this thread is the one freeing it.
+                    unsafe { log::emit_fingerprint(ptr as usize, e.size, FpWhen::Free) };
+                }
+                release(ptr as usize, &e, layout.size(), true);
+            }
             None => untracked_free(layout.size()),
         }
         // SAFETY: forwarded from our caller: `ptr` was allocated by this
@@ -179,8 +188,9 @@ impl<A: GlobalAlloc> Alloc<A> {
 
 // SAFETY: every method forwards the caller's arguments unchanged to the inner
 // allocator, which upholds the `GlobalAlloc` contract; the bookkeeping around
-// it reads only the pointer value and the layout, never the block's memory,
-// never unwinds, and never allocates through the global allocator.
+// it reads the pointer value and the layout, never writes the block, reads it
+// only to fingerprint a tracked block still allocated (before its free), never
+// unwinds, and never allocates through the global allocator.
 unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
@@ -245,10 +255,13 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
         // The old block goes away, charged to its own tag; the new one comes
         // under the same tag (the current thread's when the old block was
         // small and unsampled, so its tag is unknown).
+        // A tracked block that stays tracked is one Realloc event; any other
+        // change is a free and/or an allocation.
         let (cur_tag, thread) = thread::charged();
+        let stays_tracked = old_entry.is_some_and(|e| e.tracked) && new_size >= HOT.threshold.load(Ordering::Relaxed);
         let tag = match old_entry {
             Some(e) => {
-                release(&e, old_size);
+                release(addr, &e, old_size, !stays_tracked);
                 e.tag
             }
             None => {
@@ -257,8 +270,16 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
             }
         };
         thread::count_pair(tag, None, new_size as u64);
-        if is_recorded(new as usize, new_size) {
-            record(new as usize, new_size, tag, thread, old_entry);
+        if is_recorded(new as usize, new_size)
+            && record(new as usize, new_size, tag, thread, old_entry, !stays_tracked)
+            && stays_tracked
+            && log::on()
+        {
+            let mut ev = Event::new(Kind::Realloc, clock::now_ns(), thread, new as u64, new_size as u64);
+            ev.tag = tag;
+            ev.a = addr as u64;
+            ev.b = old_size as u64;
+            log::emit(ev);
         }
         new
     }
@@ -289,7 +310,7 @@ fn on_alloc(p: *mut u8, size: usize) {
     thread::count_alloc(size as u64);
     if is_recorded(p as usize, size) {
         let (tag, thread) = thread::charged();
-        record(p as usize, size, tag, thread, None);
+        record(p as usize, size, tag, thread, None, true);
     }
 }
 
@@ -301,35 +322,55 @@ fn untracked_free(size: usize) {
     thread::count_small_free(size as u64);
 }
 
-/// Records a block that `is_recorded`: tracked exactly or sampled.
-/// `birth` carries time and stack over from the block a realloc replaced.
+/// Records a block that `is_recorded`: tracked exactly or sampled; queues
+/// its event when logging and `event`. `birth` carries time and stack over
+/// from the block a realloc replaced. Returns whether it was recorded.
 #[cold]
 #[inline(never)]
-fn record(addr: usize, size: usize, tag_id: u32, thread: u32, birth: Option<Entry>) {
+fn record(addr: usize, size: usize, tag_id: u32, thread: u32, birth: Option<Entry>, event: bool) -> bool {
     let tracked = size >= HOT.threshold.load(Ordering::Relaxed);
+    let logging = log::on();
+    let now = if logging || birth.is_none() { clock::now_ns() } else { 0 };
     let entry = Entry {
         size: size as u64,
-        time_ns: birth.map_or_else(clock::now_ns, |b| b.time_ns),
+        time_ns: birth.map_or(now, |b| b.time_ns),
         tag: tag_id,
         thread,
-        stack: birth.map_or(0, |b| b.stack),
+        stack: match birth {
+            Some(b) => b.stack,
+            None if logging => log::stacks::capture(),
+            None => 0,
+        },
         tracked,
     };
-    let Some(t) = tag::entry(tag_id) else { return };
+    let Some(t) = tag::entry(tag_id) else { return false };
     if !table::insert(addr, entry) {
         // No record: the free will be counted as untracked.
-        return;
+        return false;
     }
-    if tracked {
+    let weight = if tracked {
         thread::count_pair(tag_id, Some(Pair::TrackedAlloc), entry.size);
         t.tracked_add(entry.size);
+        0
     } else {
-        t.sampled_add(&sampling::weight(size));
+        let w = sampling::weight(size);
+        t.sampled_add(&w);
+        w.bytes
+    };
+    if logging && event {
+        let kind = if tracked { Kind::Alloc } else { Kind::SampleAlloc };
+        let mut ev = Event::new(kind, now, thread, addr as u64, entry.size);
+        ev.tag = tag_id;
+        ev.stack = entry.stack;
+        ev.a = weight;
+        log::emit(ev);
     }
+    true
 }
 
-/// Undoes `record` for a block leaving (freed, or replaced by realloc).
-fn release(e: &Entry, size: usize) {
+/// Undoes `record` for the block at `addr` leaving (freed, or replaced by
+/// realloc); queues its event when logging and `event`.
+fn release(addr: usize, e: &Entry, size: usize, event: bool) {
     let Some(t) = tag::entry(e.tag) else { return };
     if e.tracked {
         thread::count_pair(e.tag, Some(Pair::TrackedFree), e.size);
@@ -338,5 +379,9 @@ fn release(e: &Entry, size: usize) {
     } else {
         t.sampled_sub(&sampling::weight(e.size as usize));
         thread::count_small_free(size as u64);
+    }
+    if event && log::on() {
+        let kind = if e.tracked { Kind::Free } else { Kind::SampleFree };
+        log::emit(Event::new(kind, clock::now_ns(), thread::number(), addr as u64, e.size));
     }
 }

@@ -32,6 +32,7 @@ mod external;
 mod global;
 mod internal;
 mod jemalloc;
+mod log;
 mod sampling;
 mod snapshot;
 mod table;
@@ -43,24 +44,12 @@ pub use config::Settings;
 pub use external::{external_alloc, ExternalGuard};
 pub use global::Alloc;
 pub use jemalloc::{flush_thread_cache, jemalloc_stats, purge, JemallocError, JemallocStats};
+pub use log::{finish, mark, LogConfig, LogError, LogSummary};
 pub use snapshot::{
     snapshot, tracked_blocks, Block, ExternalStats, Health, SmallStats, Snapshot, TagStats, Totals, TrackedStats,
 };
 pub use tag::{current, job, partition, stage, static_name, Tag, TagGuard, MAX_TAGS};
 pub use thread::MAX_THREAD_SLOTS;
-
-/// Records a named point in the run (a phase boundary) in the event log.
-///
-/// The event log is not part of this release yet: today `mark` does nothing
-/// but is safe to call, so programs can place their marks now.
-pub fn mark(label: &str) {
-    let _ = label;
-}
-
-/// Flushes the event log and writes its end record.
-///
-/// The event log is not part of this release yet: today `finish` does nothing.
-pub fn finish() {}
 
 /// The settings in force (after the environment was read).
 pub fn settings() -> Settings {

@@ -160,8 +160,11 @@ pub struct Health {
     pub tag_overflow: u64,
     /// `HEAPTAG*` environment values that did not parse (ignored).
     pub config_errors: u64,
-    /// Events the log writer dropped (0 until the log is on).
+    /// Events the log dropped: its buffer was full, or the file could not
+    /// be written (see `log_write_errors`).
     pub dropped_events: u64,
+    /// Writes to the log file that failed (disk full, I/O error).
+    pub log_write_errors: u64,
     /// Threads that allocated so far.
     pub threads_seen: u64,
     /// Per-thread counter slots owned by live threads now.
@@ -230,7 +233,8 @@ pub fn snapshot() -> Snapshot {
         stale_entries: table::STALE_ENTRIES.load(Ordering::Relaxed),
         tag_overflow: tag::TAG_OVERFLOW.load(Ordering::Relaxed),
         config_errors: config::CONFIG_ERRORS.load(Ordering::Relaxed),
-        dropped_events: 0,
+        dropped_events: crate::log::dropped(),
+        log_write_errors: crate::log::write_errors(),
         threads_seen: u64::from(thread::threads_seen()),
         thread_slots_in_use: thread::slots_in_use() as u64,
         tags: u64::from(n),

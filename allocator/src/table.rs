@@ -97,6 +97,19 @@ pub(crate) fn for_each(mut f: impl FnMut(usize, &Entry)) {
     }
 }
 
+/// Calls `f` on every entry while holding the entry's shard, so the block
+/// cannot be freed meanwhile (a free removes its entry before releasing the
+/// block). `f` must not allocate through the global allocator: an allocation
+/// recorded in the held shard would deadlock.
+pub(crate) fn for_each_locked(mut f: impl FnMut(usize, &Entry)) {
+    for s in &TABLE {
+        let map = s.lock().unwrap_or_else(PoisonError::into_inner);
+        for (&addr, e) in map.iter() {
+            f(addr, e);
+        }
+    }
+}
+
 /// Number of entries, for overhead reports.
 pub(crate) fn len() -> usize {
     TABLE

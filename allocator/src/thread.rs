@@ -359,6 +359,11 @@ fn take_slot() -> Option<&'static Slot> {
     None
 }
 
+/// The calling thread's number (0 before its first allocation).
+pub(crate) fn number() -> u32 {
+    STATE.try_with(|s| s.thread.get()).unwrap_or(0)
+}
+
 /// The calling thread's tag id (0 when none is set).
 #[inline]
 pub(crate) fn current_tag() -> u32 {

@@ -1,5 +1,6 @@
 //! The `heaptag` command: parses arguments, calls the library, maps errors to
 //! exit codes (0 ok, 1 a check failed, 2 bad input or usage, 3 not available).
+//! A closed stdout (`heaptag dump x | head`) is success.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -39,6 +40,16 @@ enum Cmd {
         /// heaptag log file.
         log: PathBuf,
     },
+    /// What a log holds: header, counts of each record kind, damage found.
+    ///
+    /// Example: heaptag dump run.htlog
+    Dump {
+        /// heaptag log file.
+        log: PathBuf,
+        /// Print every record as well.
+        #[arg(long)]
+        records: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -47,9 +58,14 @@ fn main() -> ExitCode {
         Cmd::Report { logs } => Command::Report { logs },
         Cmd::Peak { log } => Command::Peak { log },
         Cmd::Dups { log } => Command::Dups { log },
+        Cmd::Dump { log, records } => Command::Dump { log, records },
     };
-    match run(&cmd) {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match run(&cmd, &mut out) {
         Ok(()) => ExitCode::SUCCESS,
+        // `heaptag dump x | head` is not an error.
+        Err(Error::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e @ Error::NotYetAvailable { .. }) => {
             eprintln!("heaptag: {e}");
             ExitCode::from(3)

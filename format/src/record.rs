@@ -232,6 +232,12 @@ pub enum Record {
         /// Line (0 if unknown).
         line: u32,
     },
+    /// Filler of `len` zero bytes: reserves room that the writer can later
+    /// overwrite in place (see docs/FORMAT.md, "the reserve frame").
+    Pad {
+        /// Bytes of filler after the length.
+        len: u32,
+    },
     /// The log ended normally.
     End {
         /// Nanoseconds since the log's start.
@@ -258,6 +264,7 @@ mod kind {
     pub const DROPPED: u8 = 14;
     pub const SYMBOL: u8 = 15;
     pub const END: u8 = 16;
+    pub const PAD: u8 = 17;
 }
 
 /// Delta state of one frame, shared by the encoder and the decoder.
@@ -505,6 +512,17 @@ impl Record {
                 put_str(out, file);
                 put_varint(out, u64::from(*line));
             }
+            Record::Pad { len } => {
+                out.put(&[PAD]);
+                put_varint(out, u64::from(*len));
+                let zeros = [0u8; 64];
+                let mut left = *len as usize;
+                while left > 0 {
+                    let n = left.min(zeros.len());
+                    out.put(&zeros[..n]);
+                    left -= n;
+                }
+            }
             Record::End { time_ns, dropped } => {
                 out.put(&[END]);
                 d.time(out, *time_ns);
@@ -699,6 +717,11 @@ impl Record {
                 file: c.string()?,
                 line: c.varint32()?,
             },
+            PAD => {
+                let len = c.varint32()?;
+                c.raw(len as usize)?;
+                Record::Pad { len }
+            }
             END => Record::End {
                 time_ns: d.read_time(c)?,
                 dropped: c.varint()?,

@@ -174,6 +174,7 @@ fn arb_record() -> impl Strategy<Value = Record> {
             line
         }),
         (t, any::<u64>()).prop_map(|(time_ns, dropped)| Record::End { time_ns, dropped }),
+        (0u32..300).prop_map(|len| Record::Pad { len }),
     ]
 }
 

@@ -1,0 +1,563 @@
+//! The event log: what the allocator writes for the analyzer.
+//!
+//! ```text
+//! hot path (tracked / sampled events) --push--> ring --drain--> writer thread --write(2)--> file
+//! mark(), external_alloc() --------------------> side queue ----^
+//! writer thread, every interval: /proc/self/status, jemalloc stats, per-tag counters
+//! ```
+//!
+//! The hot path never does I/O and never waits for the writer: a full ring
+//! drops the event and counts it. The writer wakes every few milliseconds,
+//! encodes what it drained into one frame (see `heaptag-format`) and writes
+//! it with one `write(2)`, so after a crash or SIGKILL the file is readable up
+//! to the last frame written. When a write fails (disk full, I/O error) the
+//! frame's events are counted as dropped and the program goes on.
+//!
+//! Logging starts from `HEAPTAG_LOG=path` (read by a constructor before
+//! `main`) or from [`LogConfig::start`]. [`finish`] flushes, fingerprints the
+//! blocks still alive, resolves the call stacks' symbols and writes the end
+//! record; it also runs at normal process exit. A forked child stops logging
+//! (it never writes into its parent's file).
+
+mod fingerprint;
+mod procfs;
+pub(crate) mod ring;
+pub(crate) mod stacks;
+mod worker;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use heaptag_format::{Fill, FpWhen, Record};
+
+use crate::config::{self, HOT, ON as TRACKING_ON};
+use crate::log::ring::{Event, Kind, Ring};
+use crate::table;
+
+/// Pads a value to its own cache lines (contended indices of the ring).
+#[repr(align(128))]
+pub(crate) struct Padded<T>(pub(crate) T);
+
+const OFF: u8 = 0;
+const STARTING: u8 = 1;
+const ON: u8 = 2;
+const FINISHED: u8 = 3;
+const FORKED: u8 = 4;
+
+/// The log's state. Relaxed loads on the event path: an event racing with
+/// `finish()` is either written or counted as dropped, never lost silently.
+static STATE: AtomicU8 = AtomicU8::new(OFF);
+static RING: Ring = Ring::new();
+/// Records that are not allocator events (marks, external memory).
+static SIDE: Mutex<Vec<Record>> = Mutex::new(Vec::new());
+/// The writer's state; held by the writer thread for one cycle at a time.
+static WRITER: Mutex<Option<worker::Writer>> = Mutex::new(None);
+/// Tracked blocks of at least this size are fingerprinted.
+static FP_MIN: AtomicU64 = AtomicU64::new(u64::MAX);
+static FP_FULL: AtomicBool = AtomicBool::new(false);
+/// Events lost because the file could not be written.
+static LOST: AtomicU64 = AtomicU64::new(0);
+/// `write(2)` calls that failed.
+static WRITE_ERRORS: AtomicU64 = AtomicU64::new(0);
+/// Set by `mark()`: the writer samples at its next cycle.
+static SAMPLE_NOW: AtomicBool = AtomicBool::new(false);
+
+/// True while events are being logged.
+#[inline]
+pub(crate) fn on() -> bool {
+    STATE.load(Ordering::Relaxed) == ON
+}
+
+/// Queues an allocator event (dropped and counted when the ring is full).
+#[inline]
+pub(crate) fn emit(ev: Event) {
+    if on() {
+        RING.push(ev);
+    }
+}
+
+/// Events dropped so far: ring full, or lost to write failures.
+pub(crate) fn dropped() -> u64 {
+    RING.dropped.load(Ordering::Relaxed) + LOST.load(Ordering::Relaxed)
+}
+
+/// Failed writes so far.
+pub(crate) fn write_errors() -> u64 {
+    WRITE_ERRORS.load(Ordering::Relaxed)
+}
+
+/// Whether a tracked block of `size` bytes is fingerprinted.
+#[inline]
+pub(crate) fn wants_fingerprint(size: u64) -> bool {
+    on() && size >= FP_MIN.load(Ordering::Relaxed)
+}
+
+/// Fingerprints the live block at `addr` and queues the event.
+///
+/// # Safety
+/// `addr..addr+size` must be a live allocation that is not freed during the
+/// call (its table shard is held, or the caller is the one freeing it).
+pub(crate) unsafe fn emit_fingerprint(addr: usize, size: u64, when: FpWhen) {
+    let full = FP_FULL.load(Ordering::Relaxed);
+    // SAFETY: the caller's guarantee.
+    let fp = unsafe { fingerprint::fingerprint(addr as *const u8, size as usize, full) };
+    let (fill, byte) = match fp.fill {
+        Fill::Mixed => (0u8, 0u8),
+        Fill::Zero => (1, 0),
+        Fill::Constant(b) => (2, b),
+    };
+    let when = match when {
+        FpWhen::Free => 0u8,
+        FpWhen::Mark => 1,
+        FpWhen::Finish => 2,
+    };
+    let mut ev = Event::new(Kind::Fingerprint, crate::clock::now_ns(), 0, addr as u64, size);
+    ev.a = fp.hash;
+    ev.flags = fill | (u8::from(full) << 2) | (when << 3);
+    ev.byte = byte;
+    emit(ev);
+}
+
+/// Fingerprints every live tracked block big enough, holding each block's
+/// table shard while reading it so no thread can free it meanwhile.
+fn fingerprint_live(when: FpWhen) {
+    let min = FP_MIN.load(Ordering::Relaxed);
+    table::for_each_locked(|addr, e| {
+        if e.tracked && e.size >= min {
+            // SAFETY: the entry is in the table and its shard is locked, so
+            // the block is live and its free waits for us (free removes the
+            // entry before releasing the block).
+            unsafe { emit_fingerprint(addr, e.size, when) };
+        }
+    });
+}
+
+/// Records a side record (not an allocator event) if logging.
+pub(crate) fn side(rec: Record) {
+    if on() {
+        SIDE.lock().unwrap_or_else(PoisonError::into_inner).push(rec);
+    }
+}
+
+/// Why a log could not be started.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum LogError {
+    /// A log is already being written (or was, and finished).
+    AlreadyStarted,
+    /// heaptag is not the global allocator, or `HEAPTAG=off`.
+    NotTracking,
+    /// The file exists and overwriting was not allowed.
+    Exists(PathBuf),
+    /// The path is a symbolic link, which heaptag never follows.
+    Symlink(PathBuf),
+    /// The file could not be created or written.
+    Io(PathBuf, std::io::Error),
+    /// An environment variable has a value that does not parse.
+    BadEnv {
+        /// The variable.
+        name: &'static str,
+        /// Its value.
+        value: String,
+        /// What was expected.
+        expected: &'static str,
+    },
+    /// The event buffer could not be allocated.
+    OutOfMemory,
+}
+
+impl fmt::Display for LogError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LogError::AlreadyStarted => write!(f, "a heaptag log was already started in this process"),
+            LogError::NotTracking => write!(
+                f,
+                "heaptag is not tracking: install heaptag::Alloc as the #[global_allocator] and do not set HEAPTAG=off"
+            ),
+            LogError::Exists(p) => write!(
+                f,
+                "{} exists: heaptag does not overwrite logs (remove it, use %p in the path, or set HEAPTAG_LOG_OVERWRITE=1)",
+                p.display()
+            ),
+            LogError::Symlink(p) => write!(f, "{} is a symbolic link: heaptag never follows one", p.display()),
+            LogError::Io(p, e) => write!(f, "cannot write {}: {e}", p.display()),
+            LogError::BadEnv { name, value, expected } => {
+                write!(f, "{name}={value}: expected {expected}")
+            }
+            LogError::OutOfMemory => write!(f, "no memory for the event buffer"),
+        }
+    }
+}
+
+impl std::error::Error for LogError {}
+
+/// How to write the event log. Start it with [`LogConfig::start`], or set
+/// `HEAPTAG_LOG` and the variables below and let heaptag start it before
+/// `main`.
+///
+/// | variable | setter | default |
+/// | --- | --- | --- |
+/// | `HEAPTAG_LOG` | [`LogConfig::new`] (`%p` becomes the pid) | none: no log |
+/// | `HEAPTAG_LOG_OVERWRITE` | [`overwrite`](LogConfig::overwrite) | `0` |
+/// | `HEAPTAG_INTERVAL` | [`interval`](LogConfig::interval) (`100ms`, `1s`) | `100ms` |
+/// | `HEAPTAG_FINGERPRINT_MIN` | [`fingerprint_min`](LogConfig::fingerprint_min) | `1M` |
+/// | `HEAPTAG_FINGERPRINT_FULL` | [`fingerprint_full`](LogConfig::fingerprint_full) | `0` |
+/// | `HEAPTAG_STACK_DEPTH` | [`stack_depth`](LogConfig::stack_depth) (`0`: off) | `32` |
+/// | `HEAPTAG_BUFFER` | [`buffer_events`](LogConfig::buffer_events) | `32768` |
+/// | `HEAPTAG_SYMBOLS` | [`symbols`](LogConfig::symbols) | `1` |
+#[derive(Clone, Debug)]
+pub struct LogConfig {
+    path: PathBuf,
+    overwrite: bool,
+    interval: Duration,
+    fingerprint_min: u64,
+    fingerprint_full: bool,
+    stack_depth: u32,
+    buffer_events: usize,
+    symbols: bool,
+}
+
+impl LogConfig {
+    /// A log at `path` (`%p` is replaced by the process id) with defaults.
+    pub fn new(path: impl Into<PathBuf>) -> LogConfig {
+        LogConfig {
+            path: path.into(),
+            overwrite: false,
+            interval: Duration::from_millis(100),
+            fingerprint_min: 1 << 20,
+            fingerprint_full: false,
+            stack_depth: 32,
+            buffer_events: 32768,
+            symbols: true,
+        }
+    }
+
+    /// The configuration from `HEAPTAG_LOG` and friends; `None` when
+    /// `HEAPTAG_LOG` is unset or empty.
+    pub fn from_env() -> Option<Result<LogConfig, LogError>> {
+        let path = env("HEAPTAG_LOG").filter(|p| !p.is_empty())?;
+        Some((|| {
+            let mut c = LogConfig::new(path);
+            if let Some(v) = env("HEAPTAG_LOG_OVERWRITE") {
+                c.overwrite = flag("HEAPTAG_LOG_OVERWRITE", &v)?;
+            }
+            if let Some(v) = env("HEAPTAG_INTERVAL") {
+                c.interval = parse_duration(&v).ok_or(LogError::BadEnv {
+                    name: "HEAPTAG_INTERVAL",
+                    value: v.clone(),
+                    expected: "a duration such as 100ms or 1s",
+                })?;
+            }
+            if let Some(v) = env("HEAPTAG_FINGERPRINT_MIN") {
+                c.fingerprint_min = config::parse_size(v.as_bytes()).ok_or(LogError::BadEnv {
+                    name: "HEAPTAG_FINGERPRINT_MIN",
+                    value: v.clone(),
+                    expected: "a size such as 1M",
+                })?;
+            }
+            if let Some(v) = env("HEAPTAG_FINGERPRINT_FULL") {
+                c.fingerprint_full = flag("HEAPTAG_FINGERPRINT_FULL", &v)?;
+            }
+            if let Some(v) = env("HEAPTAG_STACK_DEPTH") {
+                c.stack_depth = v
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|&d: &u32| d as usize <= stacks::MAX_DEPTH)
+                    .ok_or(LogError::BadEnv {
+                        name: "HEAPTAG_STACK_DEPTH",
+                        value: v.clone(),
+                        expected: "a number of frames from 0 to 128",
+                    })?;
+            }
+            if let Some(v) = env("HEAPTAG_BUFFER") {
+                c.buffer_events = v
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|&n: &usize| n >= 64)
+                    .ok_or(LogError::BadEnv {
+                        name: "HEAPTAG_BUFFER",
+                        value: v.clone(),
+                        expected: "a number of events, at least 64",
+                    })?;
+            }
+            if let Some(v) = env("HEAPTAG_SYMBOLS") {
+                c.symbols = flag("HEAPTAG_SYMBOLS", &v)?;
+            }
+            Ok(c)
+        })())
+    }
+
+    /// Replace an existing regular file at the path (never a symlink).
+    pub fn overwrite(mut self, yes: bool) -> Self {
+        self.overwrite = yes;
+        self
+    }
+
+    /// How often RSS, jemalloc stats and per-tag counters are sampled, and
+    /// the longest time between two writes to the file.
+    pub fn interval(mut self, every: Duration) -> Self {
+        self.interval = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Tracked blocks of at least this size are fingerprinted.
+    pub fn fingerprint_min(mut self, bytes: u64) -> Self {
+        self.fingerprint_min = bytes;
+        self
+    }
+
+    /// Hash whole blocks instead of 64 sampled 64-byte pieces (exact, and
+    /// slow for GiB buffers: about 1 s per 10 GiB at each free and mark).
+    pub fn fingerprint_full(mut self, yes: bool) -> Self {
+        self.fingerprint_full = yes;
+        self
+    }
+
+    /// Frames per call stack (0 turns stacks off).
+    pub fn stack_depth(mut self, frames: u32) -> Self {
+        self.stack_depth = frames.min(stacks::MAX_DEPTH as u32);
+        self
+    }
+
+    /// Capacity of the event buffer between the allocator and the writer.
+    pub fn buffer_events(mut self, events: usize) -> Self {
+        self.buffer_events = events.max(64);
+        self
+    }
+
+    /// Resolve stack symbols at `finish()` (function, file, line).
+    pub fn symbols(mut self, yes: bool) -> Self {
+        self.symbols = yes;
+        self
+    }
+
+    /// The path with `%p` expanded.
+    pub fn resolved_path(&self) -> PathBuf {
+        expand(&self.path)
+    }
+
+    /// Starts writing the log; returns its path.
+    pub fn start(self) -> Result<PathBuf, LogError> {
+        // Acquire: the tracking settings are published with the mode.
+        if HOT.mode.load(Ordering::Acquire) != TRACKING_ON {
+            return Err(LogError::NotTracking);
+        }
+        if STATE
+            .compare_exchange(OFF, STARTING, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return Err(LogError::AlreadyStarted);
+        }
+        match worker::Writer::open(&self) {
+            Ok(w) => {
+                let path = w.path.clone();
+                if !RING.init(self.buffer_events) {
+                    STATE.store(OFF, Ordering::Release);
+                    return Err(LogError::OutOfMemory);
+                }
+                stacks::DEPTH.store(self.stack_depth, Ordering::Relaxed);
+                FP_MIN.store(self.fingerprint_min, Ordering::Relaxed);
+                FP_FULL.store(self.fingerprint_full, Ordering::Relaxed);
+                *WRITER.lock().unwrap_or_else(PoisonError::into_inner) = Some(w);
+                install_hooks();
+                STATE.store(ON, Ordering::Release);
+                let tick = self.interval.min(Duration::from_millis(10));
+                let spawned = std::thread::Builder::new()
+                    .name("heaptag-writer".into())
+                    .spawn(move || worker::run(tick));
+                if let Err(e) = spawned {
+                    // Without a thread, finish() still writes everything.
+                    eprintln!("heaptag: no writer thread ({e}); the log is written at finish()");
+                }
+                Ok(path)
+            }
+            Err(e) => {
+                STATE.store(OFF, Ordering::Release);
+                Err(e)
+            }
+        }
+    }
+}
+
+fn env(name: &'static str) -> Option<String> {
+    let c = std::ffi::CString::new(name).ok()?;
+    config::getenv(&c).map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
+fn flag(name: &'static str, v: &str) -> Result<bool, LogError> {
+    match v.trim() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" | "" => Ok(false),
+        _ => Err(LogError::BadEnv {
+            name,
+            value: v.to_owned(),
+            expected: "0 or 1",
+        }),
+    }
+}
+
+/// Parses `100ms`, `2s`, `500us`, `1m`; a bare number is milliseconds.
+pub(crate) fn parse_duration(v: &str) -> Option<Duration> {
+    let v = v.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let n: u64 = v[..split].parse().ok()?;
+    let d = match v[split..].trim() {
+        "" | "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "us" => Duration::from_micros(n),
+        "m" | "min" => Duration::from_secs(n.checked_mul(60)?),
+        _ => return None,
+    };
+    (!d.is_zero()).then_some(d)
+}
+
+/// Replaces `%p` with the pid and `%%` with `%`.
+fn expand(path: &Path) -> PathBuf {
+    let s = path.to_string_lossy();
+    if !s.contains('%') {
+        return path.to_path_buf();
+    }
+    let pid = std::process::id().to_string();
+    let mut out = String::new();
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('p') => out.push_str(&pid),
+            Some('%') => out.push('%'),
+            Some(o) => {
+                out.push('%');
+                out.push(o);
+            }
+            None => out.push('%'),
+        }
+    }
+    PathBuf::from(out)
+}
+
+/// Registers the exit flush and the fork handler, once.
+fn install_hooks() {
+    static DONE: AtomicBool = AtomicBool::new(false);
+    if DONE.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    extern "C" fn at_exit() {
+        finish();
+    }
+    extern "C" fn in_child() {
+        // The child never writes into the parent's file; its copy of the
+        // writer's lock may be held by a thread that does not exist here, so
+        // nothing touches it again.
+        STATE.store(FORKED, Ordering::Relaxed);
+    }
+    // SAFETY: both are plain extern "C" functions with no arguments, valid for
+    // the life of the process.
+    unsafe {
+        libc::atexit(at_exit);
+        libc::pthread_atfork(None, None, Some(in_child));
+    }
+}
+
+/// What [`finish`] wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogSummary {
+    /// The log file.
+    pub path: PathBuf,
+    /// Bytes written.
+    pub bytes: u64,
+    /// Allocator events written (allocations, frees, reallocs, samples).
+    pub events: u64,
+    /// Events dropped (buffer full, or lost to write failures).
+    pub dropped: u64,
+}
+
+/// Flushes the event log: fingerprints the blocks still alive, takes a last
+/// sample, resolves stack symbols, writes the end record and closes the file.
+/// Later events are not logged. Runs by itself at normal process exit.
+///
+/// Returns `None` when no log was being written.
+pub fn finish() -> Option<LogSummary> {
+    if !on() {
+        return None;
+    }
+    let mut guard = WRITER.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut w = guard.take()?;
+    let _tag = worker::writer_tag().enter();
+    fingerprint_live(FpWhen::Finish);
+    // No new events from here on; everything queued before is drained below.
+    STATE.store(FINISHED, Ordering::Release);
+    Some(w.finish())
+}
+
+/// Records a named point in the run: a mark record, a fingerprint of every
+/// live tracked block (so duplicates alive at this moment are seen even if
+/// the program never frees them), and an immediate memory sample. Does
+/// nothing when no log is being written.
+pub fn mark(label: &str) {
+    if !on() {
+        return;
+    }
+    side(Record::Mark {
+        time_ns: crate::clock::now_ns(),
+        label: label.to_owned(),
+    });
+    fingerprint_live(FpWhen::Mark);
+    SAMPLE_NOW.store(true, Ordering::Relaxed);
+}
+
+/// Starts the log from `HEAPTAG_LOG` before `main`, when set.
+extern "C" fn start_from_env() {
+    if config::getenv(c"HEAPTAG_LOG").is_none_or(|v| v.is_empty()) {
+        return;
+    }
+    // The first allocation initialises the installed global allocator with
+    // its own settings; if heaptag is not installed, the mode stays unset.
+    drop(std::hint::black_box(Box::new(0u64)));
+    match LogConfig::from_env() {
+        Some(Ok(c)) => {
+            if let Err(e) = c.start() {
+                eprintln!("heaptag: not logging: {e}");
+            }
+        }
+        Some(Err(e)) => eprintln!("heaptag: not logging: {e}"),
+        None => {}
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static START_FROM_ENV: extern "C" fn() = start_from_env;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("100ms"), Some(Duration::from_millis(100)));
+        assert_eq!(parse_duration("250"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2s"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_duration("0"), None);
+        assert_eq!(parse_duration("fast"), None);
+        assert_eq!(parse_duration("10 parsecs"), None);
+    }
+
+    #[test]
+    fn percent_p_becomes_the_pid() {
+        let pid = std::process::id();
+        assert_eq!(
+            expand(Path::new("/tmp/run-%p.htlog")),
+            PathBuf::from(format!("/tmp/run-{pid}.htlog"))
+        );
+        assert_eq!(expand(Path::new("/tmp/100%%.htlog")), PathBuf::from("/tmp/100%.htlog"));
+        assert_eq!(expand(Path::new("/tmp/plain")), PathBuf::from("/tmp/plain"));
+    }
+}

@@ -1,0 +1,139 @@
+//! Call-stack capture and deduplication for tracked and sampled blocks.
+//!
+//! Capture walks the stack with the unwinder (`backtrace::trace_unsynchronized`
+//! over `_Unwind_Backtrace`), which reads unwind tables and never calls the
+//! Rust global allocator, into a buffer on the stack. Stacks are deduplicated
+//! by a hash of their frames in a table on the internal heap; the writer sends
+//! each stack's definition once, before its first use.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use allocator_api2::vec::Vec as IVec;
+use hashbrown::HashMap;
+
+use crate::internal::{mix64, Internal, MixBuild};
+
+/// Deepest stack recorded.
+pub(crate) const MAX_DEPTH: usize = 128;
+
+/// Frames to capture (0: stacks off). Set when the log starts.
+pub(crate) static DEPTH: AtomicU32 = AtomicU32::new(0);
+
+struct Table {
+    by_hash: HashMap<u64, u32, MixBuild, Internal>,
+    frames: IVec<u64, Internal>,
+    /// Per id - 1: (offset into `frames`, length).
+    index: IVec<(u32, u16), Internal>,
+}
+
+static TABLE: Mutex<Table> = Mutex::new(Table {
+    by_hash: HashMap::with_hasher_in(MixBuild::new(), Internal),
+    frames: IVec::new_in(Internal),
+    index: IVec::new_in(Internal),
+});
+
+/// Stacks that could not be stored (internal heap exhausted).
+pub(crate) static STORE_FAILURES: AtomicU32 = AtomicU32::new(0);
+
+/// Captures the calling thread's stack and returns its id (0 when stacks are
+/// off or it could not be stored).
+#[inline(never)]
+pub(crate) fn capture() -> u32 {
+    let depth = (DEPTH.load(Ordering::Relaxed) as usize).min(MAX_DEPTH);
+    if depth == 0 {
+        return 0;
+    }
+    let mut buf = [0u64; MAX_DEPTH];
+    let mut n = 0;
+    // SAFETY: `trace_unsynchronized` requires that no other unsynchronized
+    // trace runs concurrently only on platforms whose unwinder is not
+    // thread-safe (Windows' dbghelp); on Linux `_Unwind_Backtrace` is
+    // thread-safe. The callback only writes into `buf` and never allocates.
+    unsafe {
+        backtrace::trace_unsynchronized(|frame| {
+            buf[n] = frame.ip() as u64;
+            n += 1;
+            n < depth
+        })
+    };
+    intern(&buf[..n])
+}
+
+/// Returns the id of `frames`, storing them on first sight.
+pub(crate) fn intern(frames: &[u64]) -> u32 {
+    if frames.is_empty() {
+        return 0;
+    }
+    let mut h = frames.len() as u64;
+    for &f in frames {
+        h = mix64(h ^ f);
+    }
+    let mut t = TABLE.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(&id) = t.by_hash.get(&h) {
+        if t.get(id) == Some(frames) {
+            return id;
+        }
+        // A hash collision: store the stack under a new id, not deduplicated.
+    }
+    let id = t.index.len() as u32 + 1;
+    let off = t.frames.len() as u32;
+    if t.frames.try_reserve(frames.len()).is_err()
+        || t.index.try_reserve(1).is_err()
+        || t.by_hash.try_reserve(1).is_err()
+    {
+        STORE_FAILURES.fetch_add(1, Ordering::Relaxed);
+        return 0;
+    }
+    t.frames.extend_from_slice(frames);
+    t.index.push((off, frames.len() as u16));
+    t.by_hash.entry(h).or_insert(id);
+    id
+}
+
+impl Table {
+    fn get(&self, id: u32) -> Option<&[u64]> {
+        let &(off, len) = self.index.get(id.checked_sub(1)? as usize)?;
+        self.frames.get(off as usize..off as usize + len as usize)
+    }
+}
+
+/// Number of stacks stored (ids are `1..=count`).
+pub(crate) fn count() -> u32 {
+    TABLE.lock().unwrap_or_else(PoisonError::into_inner).index.len() as u32
+}
+
+/// Calls `f` with the frames of each id in `from..=to`.
+///
+/// The frames are copied out (to the internal heap) and the lock released
+/// before `f` runs, so `f` may allocate: an allocation that captures a stack
+/// would otherwise deadlock on the table lock.
+pub(crate) fn each(from: u32, to: u32, mut f: impl FnMut(u32, &[u64])) {
+    let mut flat: IVec<u64, Internal> = IVec::new_in(Internal);
+    let mut spans: IVec<(u32, usize, usize), Internal> = IVec::new_in(Internal);
+    {
+        let t = TABLE.lock().unwrap_or_else(PoisonError::into_inner);
+        for id in from..=to {
+            if let Some(frames) = t.get(id) {
+                if flat.try_reserve(frames.len()).is_err() || spans.try_reserve(1).is_err() {
+                    break;
+                }
+                spans.push((id, flat.len(), frames.len()));
+                flat.extend_from_slice(frames);
+            }
+        }
+    }
+    for &(id, off, len) in spans.iter() {
+        f(id, &flat[off..off + len]);
+    }
+}
+
+/// Every distinct frame address, for symbolization at `finish()`.
+pub(crate) fn all_frames() -> Vec<u64> {
+    let t = TABLE.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut v: Vec<u64> = t.frames.iter().copied().collect();
+    drop(t);
+    v.sort_unstable();
+    v.dedup();
+    v
+}

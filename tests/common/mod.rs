@@ -1,0 +1,37 @@
+//! Helpers shared by the log tests.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use heaptag_format::{LogReader, Record};
+
+/// A fresh path in the temp dir for this test (removed first if present).
+pub fn temp_log(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("heaptag-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(format!("{name}.htlog"));
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+/// Every record of the log at `path`, and the reader (for problems, end).
+pub fn read_all(path: &std::path::Path) -> (Vec<Record>, LogReader<std::io::BufReader<std::fs::File>>) {
+    let mut r = LogReader::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let recs: Vec<Record> = r.by_ref().collect();
+    (recs, r)
+}
+
+/// Tag id -> (job, stage, partition) from the log's definitions.
+pub fn tag_defs(recs: &[Record]) -> std::collections::HashMap<u32, (Option<u64>, Option<String>, Option<u32>)> {
+    recs.iter()
+        .filter_map(|r| match r {
+            Record::TagDef {
+                id,
+                job,
+                stage,
+                partition,
+            } => Some((*id, (*job, stage.clone(), *partition))),
+            _ => None,
+        })
+        .collect()
+}
