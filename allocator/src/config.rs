@@ -129,6 +129,9 @@ pub(crate) fn init(defaults: &Settings) -> u8 {
     crate::clock::init();
     crate::tag::init();
     let mode = if s.enabled { ON } else { OFF };
+    if s.enabled {
+        crate::table::install_fork_handlers();
+    }
     // Release: publishes the settings stored above.
     HOT.mode.store(mode, Ordering::Release);
     mode

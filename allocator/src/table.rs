@@ -39,7 +39,8 @@ pub(crate) struct Entry {
     pub(crate) tracked: bool,
 }
 
-type Shard = Mutex<HashMap<usize, Entry, MixBuild, Internal>>;
+type Map = HashMap<usize, Entry, MixBuild, Internal>;
+type Shard = Mutex<Map>;
 
 static TABLE: [Shard; SHARDS] = [const { Mutex::new(HashMap::with_hasher_in(MixBuild::new(), Internal)) }; SHARDS];
 
@@ -108,6 +109,43 @@ pub(crate) fn for_each_locked(mut f: impl FnMut(usize, &Entry)) {
             f(addr, e);
         }
     }
+}
+
+/// The shard guards held across a `fork()`, from the prepare handler to the
+/// parent and child handlers, all of which run on the forking thread.
+struct ForkGuards(std::cell::UnsafeCell<[Option<MutexGuard<'static, Map>>; SHARDS]>);
+
+// SAFETY: only the atfork handlers touch the cell, and POSIX runs prepare,
+// then parent (in the parent) or child (in the child), on the one thread that
+// called fork(), one after the other.
+unsafe impl Sync for ForkGuards {}
+
+static FORK_GUARDS: ForkGuards = ForkGuards(std::cell::UnsafeCell::new([const { None }; SHARDS]));
+
+extern "C" fn before_fork() {
+    // SAFETY: see ForkGuards.
+    let guards = unsafe { &mut *FORK_GUARDS.0.get() };
+    for (g, s) in guards.iter_mut().zip(&TABLE) {
+        *g = Some(s.lock().unwrap_or_else(PoisonError::into_inner));
+    }
+}
+
+extern "C" fn after_fork() {
+    // SAFETY: see ForkGuards.
+    let guards = unsafe { &mut *FORK_GUARDS.0.get() };
+    for g in guards.iter_mut() {
+        *g = None;
+    }
+}
+
+/// Makes `fork()` safe for the table: every shard is locked just before the
+/// fork and released in both processes after it, so a child never inherits a
+/// shard locked by a thread that does not exist in it (its next tracked
+/// allocation would wait forever). Called once, when tracking starts.
+pub(crate) fn install_fork_handlers() {
+    // SAFETY: the handlers are extern "C" functions valid for the life of the
+    // process; pthread_atfork does not call back into the Rust allocator.
+    unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
 }
 
 /// Number of entries, for overhead reports.

@@ -110,9 +110,9 @@ fn kind_name(r: &Record) -> &'static str {
 }
 
 /// `heaptag dump`: header, counts of each record kind, problems.
-fn dump(path: &PathBuf, records: bool, out: &mut dyn Write) -> Result<(), Error> {
+fn dump(path: &std::path::Path, records: bool, out: &mut dyn Write) -> Result<(), Error> {
     let mut r = LogReader::open(path).map_err(|source| Error::Read {
-        path: path.clone(),
+        path: path.to_path_buf(),
         source,
     })?;
     let h = r.header().clone();

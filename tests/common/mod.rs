@@ -21,8 +21,11 @@ pub fn read_all(path: &std::path::Path) -> (Vec<Record>, LogReader<std::io::BufR
     (recs, r)
 }
 
-/// Tag id -> (job, stage, partition) from the log's definitions.
-pub fn tag_defs(recs: &[Record]) -> std::collections::HashMap<u32, (Option<u64>, Option<String>, Option<u32>)> {
+/// A tag as the log defines it: (job, stage, partition).
+pub type TagDef = (Option<u64>, Option<String>, Option<u32>);
+
+/// Tag id -> definition, from the log's tag records.
+pub fn tag_defs(recs: &[Record]) -> std::collections::HashMap<u32, TagDef> {
     recs.iter()
         .filter_map(|r| match r {
             Record::TagDef {
