@@ -10,9 +10,21 @@ static GLOBAL: heaptag::Alloc = heaptag::Alloc::new();
 
 fn main() {
     let off = std::env::var("HEAPTAG").is_ok_and(|v| v == "off" || v == "0");
-    let variant = if off { "heaptag-off" } else { "heaptag-on" };
+    let logging = std::env::var_os("HEAPTAG_LOG").is_some();
+    let variant = match (off, logging) {
+        (true, _) => "heaptag-off",
+        (false, true) => "heaptag-log",
+        (false, false) => "heaptag-on",
+    };
     common::main_with(variant, true);
     // heaptag's own memory after the run, for benches/run.py.
     let s = heaptag::snapshot();
     println!("{variant}\town_memory\tbytes\t{}\t0", s.overhead_bytes);
+    if let Some(log) = heaptag::finish() {
+        let per_event = log.bytes as f64 / log.events.max(1) as f64;
+        println!(
+            "{variant}\tlog_bytes_per_event\t{}\t{per_event:.2}\t{}",
+            log.events, log.dropped
+        );
+    }
 }

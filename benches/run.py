@@ -20,13 +20,17 @@ import platform
 import resource
 import statistics
 import subprocess
+import shutil
 import sys
+import tempfile
 from collections import defaultdict
 
+LOG_DIR = tempfile.mkdtemp(prefix="heaptag-bench-")
 VARIANTS = [
     ("jemalloc", "alloc_jemalloc", {}),
     ("heaptag-on", "alloc_heaptag", {}),
     ("heaptag-off", "alloc_heaptag", {"HEAPTAG": "off"}),
+    ("heaptag-log", "alloc_heaptag", {"HEAPTAG_LOG": os.path.join(LOG_DIR, "bench-%p.htlog")}),
 ]
 
 
@@ -82,38 +86,48 @@ def main():
     results = defaultdict(list)  # (workload, param, variant) -> [ns]
     rss = defaultdict(list)  # variant -> [peak RSS KiB of a whole run]
     own = []  # heaptag's own memory at the end of a run, bytes
+    per_event = []  # log bytes per event, events, dropped
     for r in range(rounds):
         order = VARIANTS if r % 2 == 0 else list(reversed(VARIANTS))
         for name, bench, env in order:
             rows, maxrss = run_once(exes[bench], env, args)
+            for f in os.listdir(LOG_DIR):
+                os.remove(os.path.join(LOG_DIR, f))
             rss[name].append(maxrss)
             for variant, workload, param, ns in rows:
                 if workload == "own_memory":
                     if name == "heaptag-on":
                         own.append(ns)
                     continue
+                if workload == "log_bytes_per_event":
+                    per_event.append((ns, int(param)))
+                    continue
                 results[(workload, param, name)].append(ns)
         print(f"round {r + 1}/{rounds} done", file=sys.stderr)
 
-    keys = sorted({(w, p) for (w, p, _) in results}, key=lambda k: (k[0], int(k[1].rstrip("p") or 0)))
+    def order(key):
+        digits = "".join(c for c in key[1] if c.isdigit())
+        return (key[0], int(digits or 0))
+
+    keys = sorted({(w, p) for (w, p, _) in results}, key=order)
     lines = [
         f"Command: `python3 benches/run.py --rounds {rounds}{' --quick' if a.quick else ''}` "
         f"({platform.machine()}, {os.cpu_count()} cores; medians of {rounds} interleaved rounds).",
         "",
-        "| workload | size | jemalloc ns/op | heaptag off | heaptag on | off / jemalloc | on / jemalloc |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| workload | size | jemalloc ns/op | heaptag off | heaptag on | heaptag + log | off / jemalloc | on / jemalloc | log / jemalloc |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for w, p in keys:
         med = {v: statistics.median(results[(w, p, v)]) for v, _, _ in VARIANTS if results[(w, p, v)]}
         base = med.get("jemalloc")
         if not base:
             continue
-        unit = "ms" if w == "pipeline" else "ns"
+        unit = "ms" if w in ("pipeline", "big") else "ns"
         def fmt(x):
             return f"{x / 1e6:.1f} ms" if unit == "ms" else f"{x:.2f}"
         lines.append(
-            f"| {w} | {p} | {fmt(base)} | {fmt(med['heaptag-off'])} | {fmt(med['heaptag-on'])} "
-            f"| {med['heaptag-off'] / base:.3f}x | {med['heaptag-on'] / base:.3f}x |"
+            f"| {w} | {p} | {fmt(base)} | {fmt(med['heaptag-off'])} | {fmt(med['heaptag-on'])} | {fmt(med['heaptag-log'])} "
+            f"| {med['heaptag-off'] / base:.3f}x | {med['heaptag-on'] / base:.3f}x | {med['heaptag-log'] / base:.3f}x |"
         )
     base_rss = statistics.median(rss["jemalloc"])
     lines.append("")
@@ -122,6 +136,12 @@ def main():
         + ", ".join(f"{v} {statistics.median(rss[v]) / 1024:.0f} MiB ({statistics.median(rss[v]) / base_rss:.3f}x)" for v, _, _ in VARIANTS)
         + "."
     )
+    if per_event:
+        lines.append(
+            f"Event log: {statistics.median(p for p, _ in per_event):.1f} bytes per allocator event, all records "
+            f"(header, definitions, samples, fingerprints, symbols) included; "
+            f"{statistics.median(e for _, e in per_event):.0f} events per run."
+        )
     if own:
         lines.append(
             f"heaptag's own memory (tables, counter pages) at the end of a run: {statistics.median(own) / 2**20:.2f} MiB."
@@ -141,4 +161,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:
+        shutil.rmtree(LOG_DIR, ignore_errors=True)

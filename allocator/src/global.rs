@@ -233,14 +233,46 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
             let new = unsafe { self.inner.realloc(ptr, layout, new_size) };
             return realloc_untracked(new, layout.size(), new_size);
         }
+        // SAFETY: forwarded from our caller unchanged.
+        unsafe { self.realloc_counted(ptr, layout, new_size) }
+    }
+}
+
+impl<A: GlobalAlloc> Alloc<A> {
+    /// `realloc` with tracking on.
+    ///
+    /// The old block's record leaves the table before the inner realloc,
+    /// which may free the old address (see `table.rs`). When logging, the
+    /// event that ends the old address's record (a `ReallocBegin` if the
+    /// block stays tracked, else its `Free`) is queued before too, so in the
+    /// log no reuse of the address can come before it.
+    ///
+    /// # Safety
+    /// As `GlobalAlloc::realloc`.
+    #[inline(never)]
+    unsafe fn realloc_counted(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let old_size = layout.size();
         let addr = ptr as usize;
-        // Take the old block's record out before the inner realloc can free it.
         let old_entry = if is_recorded(addr, old_size) {
             table::remove(addr)
         } else {
             None
         };
+        let stays_tracked = old_entry.is_some_and(|e| e.tracked) && new_size >= HOT.threshold.load(Ordering::Relaxed);
+        let logging = log::on();
+        if let (true, Some(e)) = (logging, old_entry) {
+            if stays_tracked {
+                log::emit(Event::new(
+                    Kind::ReallocBegin,
+                    clock::now_ns(),
+                    thread::number(),
+                    addr as u64,
+                    0,
+                ));
+            } else {
+                emit_leave(addr, &e);
+            }
+        }
         // SAFETY: forwarded from our caller unchanged; jemalloc's own realloc
         // keeps in-place growth.
         let new = unsafe { self.inner.realloc(ptr, layout, new_size) };
@@ -249,19 +281,23 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
             ALLOC_FAILURES.fetch_add(1, Ordering::Relaxed);
             if let Some(e) = old_entry {
                 table::insert(addr, e);
+                if logging {
+                    if stays_tracked {
+                        emit_realloc(addr, &e, addr, e.size);
+                    } else {
+                        emit_enter(addr, &e);
+                    }
+                }
             }
             return new;
         }
         // The old block goes away, charged to its own tag; the new one comes
         // under the same tag (the current thread's when the old block was
         // small and unsampled, so its tag is unknown).
-        // A tracked block that stays tracked is one Realloc event; any other
-        // change is a free and/or an allocation.
         let (cur_tag, thread) = thread::charged();
-        let stays_tracked = old_entry.is_some_and(|e| e.tracked) && new_size >= HOT.threshold.load(Ordering::Relaxed);
         let tag = match old_entry {
             Some(e) => {
-                release(addr, &e, old_size, !stays_tracked);
+                release(addr, &e, old_size, false);
                 e.tag
             }
             None => {
@@ -270,19 +306,41 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
             }
         };
         thread::count_pair(tag, None, new_size as u64);
-        if is_recorded(new as usize, new_size)
-            && record(new as usize, new_size, tag, thread, old_entry, !stays_tracked)
-            && stays_tracked
-            && log::on()
-        {
-            let mut ev = Event::new(Kind::Realloc, clock::now_ns(), thread, new as u64, new_size as u64);
-            ev.tag = tag;
-            ev.a = addr as u64;
-            ev.b = old_size as u64;
-            log::emit(ev);
+        if is_recorded(new as usize, new_size) {
+            let recorded = record(new as usize, new_size, tag, thread, old_entry, !stays_tracked);
+            if let (true, true, Some(e)) = (recorded && logging, stays_tracked, old_entry) {
+                emit_realloc(addr, &e, new as usize, new_size as u64);
+            }
         }
         new
     }
+}
+
+/// Queues the event that starts a record's life (Alloc or SampleAlloc).
+fn emit_enter(addr: usize, e: &Entry) {
+    let kind = if e.tracked { Kind::Alloc } else { Kind::SampleAlloc };
+    let mut ev = Event::new(kind, clock::now_ns(), e.thread, addr as u64, e.size);
+    ev.tag = e.tag;
+    ev.stack = e.stack;
+    if !e.tracked {
+        ev.a = sampling::weight(e.size as usize).bytes;
+    }
+    log::emit(ev);
+}
+
+/// Queues the event that ends a record's life (Free or SampleFree).
+fn emit_leave(addr: usize, e: &Entry) {
+    let kind = if e.tracked { Kind::Free } else { Kind::SampleFree };
+    log::emit(Event::new(kind, clock::now_ns(), thread::number(), addr as u64, e.size));
+}
+
+/// Queues a Realloc of the tracked block `old` at `from` to `to`, `size` bytes.
+fn emit_realloc(from: usize, old: &Entry, to: usize, size: u64) {
+    let mut ev = Event::new(Kind::Realloc, clock::now_ns(), thread::number(), to as u64, size);
+    ev.tag = old.tag;
+    ev.a = from as u64;
+    ev.b = old.size;
+    log::emit(ev);
 }
 
 /// A realloc while tracking is off or not yet initialised.
@@ -348,22 +406,14 @@ fn record(addr: usize, size: usize, tag_id: u32, thread: u32, birth: Option<Entr
         // No record: the free will be counted as untracked.
         return false;
     }
-    let weight = if tracked {
+    if tracked {
         thread::count_pair(tag_id, Some(Pair::TrackedAlloc), entry.size);
         t.tracked_add(entry.size);
-        0
     } else {
-        let w = sampling::weight(size);
-        t.sampled_add(&w);
-        w.bytes
-    };
+        t.sampled_add(&sampling::weight(size));
+    }
     if logging && event {
-        let kind = if tracked { Kind::Alloc } else { Kind::SampleAlloc };
-        let mut ev = Event::new(kind, now, thread, addr as u64, entry.size);
-        ev.tag = tag_id;
-        ev.stack = entry.stack;
-        ev.a = weight;
-        log::emit(ev);
+        emit_enter(addr, &entry);
     }
     true
 }
@@ -381,7 +431,6 @@ fn release(addr: usize, e: &Entry, size: usize, event: bool) {
         thread::count_small_free(size as u64);
     }
     if event && log::on() {
-        let kind = if e.tracked { Kind::Free } else { Kind::SampleFree };
-        log::emit(Event::new(kind, clock::now_ns(), thread::number(), addr as u64, e.size));
+        emit_leave(addr, e);
     }
 }

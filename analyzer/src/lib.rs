@@ -93,6 +93,7 @@ fn kind_name(r: &Record) -> &'static str {
         Record::StackDef { .. } => "stack definitions",
         Record::Alloc { .. } => "tracked allocations",
         Record::Free { .. } => "tracked frees",
+        Record::ReallocBegin { .. } => "tracked realloc starts",
         Record::Realloc { .. } => "tracked reallocs",
         Record::SampleAlloc { .. } => "sampled allocations",
         Record::SampleFree { .. } => "sampled frees",

@@ -203,6 +203,18 @@ pub fn main_with(variant: &str, tags: bool) {
             out(&name, "48".into(), ns, ns * (10_000 * rounds) as f64);
         }
     }
+    if o.wants("big") {
+        // 64 MiB written then freed: what a log pays per large block
+        // (an event each way, a fingerprint at free).
+        let rounds = if o.full { 40 } else { 4 };
+        let start = Instant::now();
+        for i in 0..rounds {
+            let v = black_box(vec![i as u8; 64 << 20]);
+            drop(v);
+        }
+        let ns = start.elapsed().as_nanos() as f64;
+        out("big", "64MiB".into(), ns / rounds as f64, ns);
+    }
     if o.wants("pipeline") {
         let partitions = if o.full { 10 } else { 2 };
         let ns = pipeline(tags, partitions, o.scale);

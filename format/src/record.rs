@@ -96,6 +96,18 @@ pub enum Record {
         /// Requested size.
         size: u64,
     },
+    /// Thread `thread` starts resizing the tracked block at `addr`: until that
+    /// thread's `Realloc` from `addr`, the address may be reused by another
+    /// block (the resize may move the block and free the old address before
+    /// the `Realloc` record can be queued).
+    ReallocBegin {
+        /// Nanoseconds since the log's start.
+        time_ns: u64,
+        /// Thread's number.
+        thread: u32,
+        /// Address being resized.
+        addr: u64,
+    },
     /// A tracked block was resized (possibly moved), keeping its tag.
     Realloc {
         /// Nanoseconds since the log's start.
@@ -265,6 +277,7 @@ mod kind {
     pub const SYMBOL: u8 = 15;
     pub const END: u8 = 16;
     pub const PAD: u8 = 17;
+    pub const REALLOC_BEGIN: u8 = 18;
 }
 
 /// Delta state of one frame, shared by the encoder and the decoder.
@@ -367,6 +380,12 @@ impl Record {
                 put_varint(out, u64::from(*thread));
                 d.addr(out, *addr);
                 put_varint(out, *size);
+            }
+            Record::ReallocBegin { time_ns, thread, addr } => {
+                out.put(&[REALLOC_BEGIN]);
+                d.time(out, *time_ns);
+                put_varint(out, u64::from(*thread));
+                d.addr(out, *addr);
             }
             Record::Realloc {
                 time_ns,
@@ -595,6 +614,11 @@ impl Record {
                 addr: d.read_addr(c)?,
                 size: c.varint()?,
             },
+            REALLOC_BEGIN => Record::ReallocBegin {
+                time_ns: d.read_time(c)?,
+                thread: c.varint32()?,
+                addr: d.read_addr(c)?,
+            },
             REALLOC => Record::Realloc {
                 time_ns: d.read_time(c)?,
                 thread: c.varint32()?,
@@ -742,6 +766,7 @@ impl Record {
             self,
             Record::Alloc { .. }
                 | Record::Free { .. }
+                | Record::ReallocBegin { .. }
                 | Record::Realloc { .. }
                 | Record::SampleAlloc { .. }
                 | Record::SampleFree { .. }

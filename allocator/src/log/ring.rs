@@ -20,6 +20,7 @@ use crate::internal::Internal;
 pub(crate) enum Kind {
     Alloc,
     Free,
+    ReallocBegin,
     Realloc,
     SampleAlloc,
     SampleFree,

@@ -274,6 +274,11 @@ impl Writer {
                 addr: ev.addr,
                 size: ev.size,
             },
+            Kind::ReallocBegin => Record::ReallocBegin {
+                time_ns: ev.time_ns,
+                thread: ev.thread,
+                addr: ev.addr,
+            },
             Kind::Realloc => Record::Realloc {
                 time_ns: ev.time_ns,
                 thread: ev.thread,
