@@ -302,6 +302,8 @@ fn main() {
     });
     drop(dtx);
     dealloc.join().expect("dealloc thread");
+    // With HEAPTAG_LOG set: fingerprints of everything alive now go in the log.
+    heaptag::mark("jobs done");
     drop(baseline);
     stop.store(true, Ordering::Relaxed);
     let pce_peak = monitor.join().expect("monitor thread");
@@ -351,8 +353,7 @@ fn main() {
         )
     };
     println!(
-        "pce_load: at most {} alive at once = {} PCE-sized copies -> {verdict} \
-         (judged by size; content fingerprints come with the event log)",
+        "pce_load: at most {} alive at once = {} PCE-sized copies -> {verdict} (judged by size, in-process)",
         gib(pce_peak),
         copies
     );

@@ -58,6 +58,14 @@
 //! from a sample (the process-wide total is exact); [`SmallStats`] carries the
 //! standard error. `HEAPTAG_THRESHOLD=0` makes everything exact.
 //!
+//! # The event log
+//!
+//! `HEAPTAG_LOG=run-%p.htlog` (or [`LogConfig`]) writes every tracked and
+//! sampled event, call stacks, content fingerprints, marks and periodic memory
+//! samples to a file for the `heaptag` analyzer; [`mark`] names a point in the
+//! run, [`finish`] (also run at exit) completes the file. See the README and
+//! `docs/FORMAT.md`.
+//!
 //! # Environment
 //!
 //! `HEAPTAG=off` (pass-through), `HEAPTAG_THRESHOLD`, `HEAPTAG_SAMPLE_RATE`,

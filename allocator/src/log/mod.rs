@@ -311,8 +311,9 @@ impl LogConfig {
         self
     }
 
-    /// Hash whole blocks instead of 64 sampled 64-byte pieces (exact, and
-    /// slow for GiB buffers: about 1 s per 10 GiB at each free and mark).
+    /// Hash whole blocks instead of 64 sampled 64-byte pieces: exact, and
+    /// slow for GiB buffers (about 0.17 s per GiB on the reference machine,
+    /// at each free and each mark; see docs/PERFORMANCE.md).
     pub fn fingerprint_full(mut self, yes: bool) -> Self {
         self.fingerprint_full = yes;
         self
