@@ -116,11 +116,22 @@ fn num<T: std::str::FromStr>(v: &str, name: &str) -> Result<T, String> {
     v.parse().map_err(|_| format!("{name} {v}: not a number"))
 }
 
+/// Rows of each matrix for a PCE of about `mib` MiB: per non-zero, 4 (col)
+/// + 32 (val) bytes, three matrices, 4 non-zeros per row.
+fn pce_rows(mib: usize) -> usize {
+    ((mib << 20) / 3 / 36 / 4).max(1)
+}
+
+/// Bytes of a PCE of `mib` MiB, without building one.
+fn pce_bytes(mib: usize) -> u64 {
+    let rows = pce_rows(mib) as u64;
+    3 * ((rows + 1) * 4 + rows * 4 * 4 + rows * 4 * 32)
+}
+
 /// A deterministic synthetic circuit of about `mib` MiB of CSR data.
 fn build_pce(mib: usize) -> Pce {
-    // Per non-zero: 4 (col) + 32 (val) bytes, three matrices, ~4 per row.
-    let nnz_per_matrix = (mib << 20) / 3 / 36;
-    let rows = (nnz_per_matrix / 4).max(1);
+    let rows = pce_rows(mib);
+    let nnz_per_matrix = rows * 4;
     let num_inputs = rows;
     let matrix = |seed: u64| {
         let mut row_ptrs = Vec::with_capacity(rows + 1);
@@ -309,7 +320,8 @@ fn main() {
     let pce_peak = monitor.join().expect("monitor thread");
 
     let snap = heaptag::snapshot();
-    let pce_bytes = PCE.get().map_or_else(|| build_pce(args.pce_mib).bytes(), |p| p.bytes());
+    let pce_bytes = pce_bytes(args.pce_mib);
+    debug_assert!(PCE.get().is_none_or(|p| p.bytes() == pce_bytes));
     println!(
         "heaptag: pce_pipeline --pce {:?} --jobs {} --partitions {} ({} PCE) in {:.1?}",
         args.mode,

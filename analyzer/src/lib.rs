@@ -1,9 +1,18 @@
-//! `heaptag-analyzer`: reads heaptag event logs and turns them into reports.
+//! `heaptag-analyzer`: reads heaptag event logs and turns them into answers.
 //!
-//! `dump` reads a log with `heaptag-format`'s reader and lists what is in
-//! it. The model and the `report`, `peak` and `dups` commands land next; the
-//! command-line surface is fixed here so scripts can be written against it,
-//! and those commands fail with [`Error::NotYetAvailable`] until then.
+//! ```text
+//! log file(s) -> LogReader (heaptag-format) -> Model (model.rs: replay, bounded by the live set)
+//!             -> report values (report.rs, dups.rs, sites.rs) -> render.rs (text | markdown | json)
+//! ```
+//!
+//! The library never prints: [`run`] writes into any `io::Write`, so tests
+//! render into a `Vec<u8>`.
+
+pub mod dups;
+pub mod model;
+pub mod render;
+pub mod report;
+pub mod sites;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -12,24 +21,57 @@ use std::path::PathBuf;
 
 use heaptag_format::{LogReader, ReadError, Record};
 
+pub use model::Model;
+pub use render::Format;
+pub use report::By;
+
 /// What the analyzer was asked to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Command {
-    /// Summary per job / stage / partition.
+    /// Per job / stage / partition: peaks, live at end, allocated; the RSS
+    /// decomposition at its peak.
     Report {
+        /// Logs to read (one section each).
+        logs: Vec<PathBuf>,
+        /// Output format.
+        format: Format,
+    },
+    /// What held memory at the RSS peak and at the attributed peak.
+    Peak {
         /// Logs to read.
         logs: Vec<PathBuf>,
-    },
-    /// What held memory at the peaks.
-    Peak {
-        /// Log to read.
-        log: PathBuf,
+        /// Output format.
+        format: Format,
+        /// Call sites to list.
+        top: usize,
     },
     /// Shared-once or duplicated verdicts.
     Dups {
-        /// Log to read.
-        log: PathBuf,
+        /// Logs to read.
+        logs: Vec<PathBuf>,
+        /// Output format.
+        format: Format,
+    },
+    /// Top call sites.
+    Sites {
+        /// Logs to read.
+        logs: Vec<PathBuf>,
+        /// Output format.
+        format: Format,
+        /// Sites to list.
+        top: usize,
+    },
+    /// Live bytes over time.
+    Timeline {
+        /// Logs to read.
+        logs: Vec<PathBuf>,
+        /// Output format.
+        format: Format,
+        /// Group tags by.
+        by: By,
+        /// CSV instead of a chart.
+        csv: bool,
     },
     /// What a log holds: header, record counts, damage.
     Dump {
@@ -44,11 +86,6 @@ pub enum Command {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
-    /// The command exists but its implementation has not landed yet.
-    NotYetAvailable {
-        /// The command's name.
-        command: &'static str,
-    },
     /// The log could not be read at all.
     Read {
         /// The log.
@@ -63,11 +100,6 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::NotYetAvailable { command } => write!(
-                f,
-                "`heaptag {command}` needs the event log, which this release does not write yet; \
-                 use `heaptag dump` to see what a log holds, or heaptag::snapshot() in-process"
-            ),
             Error::Read { path, source } => write!(f, "{}: {source}", path.display()),
             Error::Output(e) => write!(f, "cannot write the output: {e}"),
         }
@@ -76,15 +108,78 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Self {
+        Error::Output(e)
+    }
+}
+
+/// What a run produced besides its output: damage found in the logs, one
+/// line each (also inside the output).
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Warnings about the inputs.
+    pub warnings: Vec<String>,
+}
+
+fn load_all(logs: &[PathBuf]) -> Result<Vec<Model>, Error> {
+    logs.iter().map(|p| Model::load(p)).collect()
+}
+
+fn warnings(models: &[Model]) -> Vec<String> {
+    let mut w = Vec::new();
+    for m in models {
+        for p in &m.problems {
+            w.push(format!("{}: {p}", m.path.display()));
+        }
+        if !m.ended {
+            w.push(format!(
+                "{}: no end record (the process did not finish the log)",
+                m.path.display()
+            ));
+        }
+        if m.dropped > 0 {
+            w.push(format!(
+                "{}: {} events were dropped by the writer",
+                m.path.display(),
+                m.dropped
+            ));
+        }
+    }
+    w
+}
+
 /// Runs one command, writing its output to `out`.
-pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<(), Error> {
-    let command = match cmd {
-        Command::Report { .. } => "report",
-        Command::Peak { .. } => "peak",
-        Command::Dups { .. } => "dups",
-        Command::Dump { log, records } => return dump(log, *records, out),
+pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
+    let models = match cmd {
+        Command::Dump { log, records } => {
+            dump(log, *records, out)?;
+            return Ok(Outcome::default());
+        }
+        Command::Report { logs, .. }
+        | Command::Peak { logs, .. }
+        | Command::Dups { logs, .. }
+        | Command::Sites { logs, .. }
+        | Command::Timeline { logs, .. } => load_all(logs)?,
     };
-    Err(Error::NotYetAvailable { command })
+    match cmd {
+        Command::Report { format, .. } => render::report(&report::report(&models), *format, out)?,
+        Command::Peak { format, top, .. } => render::peak(&report::peak(&models, *top), *format, out)?,
+        Command::Dups { format, .. } => render::dups(&report::dups(&models), *format, out)?,
+        Command::Sites { format, top, .. } => render::sites(&report::sites(&models, *top), *format, out)?,
+        Command::Timeline { format, by, csv, .. } => {
+            let t = report::timeline(&models, *by);
+            if *csv {
+                render::timeline_csv(&t, out)?
+            } else {
+                render::timeline(&t, *format, out)?
+            }
+        }
+        Command::Dump { .. } => unreachable!("handled above"),
+    }
+    Ok(Outcome {
+        warnings: warnings(&models),
+    })
 }
 
 fn kind_name(r: &Record) -> &'static str {
@@ -100,6 +195,7 @@ fn kind_name(r: &Record) -> &'static str {
         Record::Mark { .. } => "marks",
         Record::Counters { .. } => "counter snapshots",
         Record::Rss { .. } => "RSS samples",
+        Record::Totals { .. } => "process totals",
         Record::Jemalloc { .. } => "jemalloc samples",
         Record::External { .. } => "external memory changes",
         Record::Fingerprint { .. } => "fingerprints",

@@ -1,48 +1,95 @@
 //! The `heaptag` command: parses arguments, calls the library, maps errors to
-//! exit codes (0 ok, 1 a check failed, 2 bad input or usage, 3 not available).
-//! A closed stdout (`heaptag dump x | head`) is success.
+//! exit codes. A closed stdout (`heaptag report x | head`) is success.
+//!
+//! Exit codes: 0 success (warnings about damaged logs go to stderr); 2 bad
+//! usage, or a log that cannot be read at all (missing, not a heaptag log,
+//! newer format, damaged header); 1 is reserved for `heaptag check` failures.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
-use heaptag_analyzer::{run, Command, Error};
+use clap::{Args, Parser, Subcommand};
+use heaptag_analyzer::{run, By, Command, Error, Format};
 
 /// heaptag: who holds the memory, and is any of it held twice?
+///
+/// Reads the logs a program writes with HEAPTAG_LOG=run-%p.htlog.
 #[derive(Parser, Debug)]
-#[command(name = "heaptag", version, about)]
+#[command(name = "heaptag", version, about, long_about)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
 }
 
+#[derive(Args, Debug)]
+struct Logs {
+    /// heaptag log files (each is a source: one process).
+    #[arg(required = true, value_name = "LOG")]
+    logs: Vec<PathBuf>,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+}
+
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Live bytes and peaks per job / stage / partition.
+    /// Peaks, live bytes and allocations per job / stage / partition, and the
+    /// RSS at its peak taken apart.
     ///
-    /// Example: heaptag report run.htlog
+    /// Example: heaptag report run-1234.htlog
+    ///          heaptag report --format markdown a.htlog b.htlog >> $GITHUB_STEP_SUMMARY
     Report {
-        /// heaptag log files.
-        #[arg(required = true)]
-        logs: Vec<PathBuf>,
+        #[command(flatten)]
+        logs: Logs,
     },
-    /// What held memory at the RSS peak and at the attributed peak.
+    /// What held memory at the RSS peak and at the attributed peak, per tag
+    /// and per call site: "why was the peak 375 GiB?" in one command.
     ///
-    /// Example: heaptag peak run.htlog
+    /// Example: heaptag peak run-1234.htlog
     Peak {
-        /// heaptag log file.
-        log: PathBuf,
+        #[command(flatten)]
+        logs: Logs,
+        /// Call sites to list per peak.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
     },
-    /// Whether large data is shared once or duplicated.
+    /// Whether large data is shared once or duplicated, per stage, by
+    /// content fingerprint; each duplicated content with its copies, window,
+    /// holders and wasted bytes.
     ///
-    /// Example: heaptag dups run.htlog
+    /// Example: heaptag dups run-1234.htlog
     Dups {
-        /// heaptag log file.
-        log: PathBuf,
+        #[command(flatten)]
+        logs: Logs,
+    },
+    /// Top call sites by peak live bytes and by bytes allocated.
+    ///
+    /// Example: heaptag sites --top 20 run-1234.htlog
+    Sites {
+        #[command(flatten)]
+        logs: Logs,
+        /// Sites to list.
+        #[arg(long, default_value_t = 15)]
+        top: usize,
+    },
+    /// Live bytes over time per stage (or partition, job, tag), as a chart
+    /// or CSV.
+    ///
+    /// Example: heaptag timeline --by partition run-1234.htlog
+    ///          heaptag timeline --csv run-1234.htlog > live.csv
+    Timeline {
+        #[command(flatten)]
+        logs: Logs,
+        /// What to group tags by.
+        #[arg(long, value_enum, default_value = "stage")]
+        by: By,
+        /// Write CSV (time, RSS, one column per key) instead of a chart.
+        #[arg(long)]
+        csv: bool,
     },
     /// What a log holds: header, counts of each record kind, damage found.
     ///
-    /// Example: heaptag dump run.htlog
+    /// Example: heaptag dump run-1234.htlog
     Dump {
         /// heaptag log file.
         log: PathBuf,
@@ -55,21 +102,42 @@ enum Cmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let cmd = match cli.cmd {
-        Cmd::Report { logs } => Command::Report { logs },
-        Cmd::Peak { log } => Command::Peak { log },
-        Cmd::Dups { log } => Command::Dups { log },
+        Cmd::Report { logs } => Command::Report {
+            logs: logs.logs,
+            format: logs.format,
+        },
+        Cmd::Peak { logs, top } => Command::Peak {
+            logs: logs.logs,
+            format: logs.format,
+            top,
+        },
+        Cmd::Dups { logs } => Command::Dups {
+            logs: logs.logs,
+            format: logs.format,
+        },
+        Cmd::Sites { logs, top } => Command::Sites {
+            logs: logs.logs,
+            format: logs.format,
+            top,
+        },
+        Cmd::Timeline { logs, by, csv } => Command::Timeline {
+            logs: logs.logs,
+            format: logs.format,
+            by,
+            csv,
+        },
         Cmd::Dump { log, records } => Command::Dump { log, records },
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     match run(&cmd, &mut out) {
-        Ok(()) => ExitCode::SUCCESS,
-        // `heaptag dump x | head` is not an error.
-        Err(Error::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-        Err(e @ Error::NotYetAvailable { .. }) => {
-            eprintln!("heaptag: {e}");
-            ExitCode::from(3)
+        Ok(outcome) => {
+            for w in outcome.warnings {
+                eprintln!("heaptag: warning: {w}");
+            }
+            ExitCode::SUCCESS
         }
+        Err(Error::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("heaptag: {e}");
             ExitCode::from(2)

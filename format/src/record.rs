@@ -167,6 +167,17 @@ pub enum Record {
         /// One entry per tag.
         tags: Vec<TagCount>,
     },
+    /// Process-wide exact totals from heaptag's counters, in bytes.
+    Totals {
+        /// Nanoseconds since the log's start.
+        time_ns: u64,
+        /// Requested bytes alive, all blocks (exact).
+        live: u64,
+        /// Of which in tracked blocks (exact).
+        tracked: u64,
+        /// heaptag's own memory (tables, buffers; not in any tag).
+        overhead: u64,
+    },
     /// The process's memory from `/proc/self/status`, in bytes.
     Rss {
         /// Nanoseconds since the log's start.
@@ -278,6 +289,7 @@ mod kind {
     pub const END: u8 = 16;
     pub const PAD: u8 = 17;
     pub const REALLOC_BEGIN: u8 = 18;
+    pub const TOTALS: u8 = 19;
 }
 
 /// Delta state of one frame, shared by the encoder and the decoder.
@@ -456,6 +468,18 @@ impl Record {
                     ] {
                         put_varint(out, v);
                     }
+                }
+            }
+            Record::Totals {
+                time_ns,
+                live,
+                tracked,
+                overhead,
+            } => {
+                out.put(&[TOTALS]);
+                d.time(out, *time_ns);
+                for v in [live, tracked, overhead] {
+                    put_varint(out, *v);
                 }
             }
             Record::Rss {
@@ -670,6 +694,12 @@ impl Record {
                 }
                 Record::Counters { time_ns, tags }
             }
+            TOTALS => Record::Totals {
+                time_ns: d.read_time(c)?,
+                live: c.varint()?,
+                tracked: c.varint()?,
+                overhead: c.varint()?,
+            },
             RSS => Record::Rss {
                 time_ns: d.read_time(c)?,
                 vm_rss: c.varint()?,

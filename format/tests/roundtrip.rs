@@ -175,6 +175,12 @@ fn arb_record() -> impl Strategy<Value = Record> {
         }),
         (t, any::<u64>()).prop_map(|(time_ns, dropped)| Record::End { time_ns, dropped }),
         (0u32..300).prop_map(|len| Record::Pad { len }),
+        (t, any::<(u64, u64, u64)>()).prop_map(|(time_ns, (live, tracked, overhead))| Record::Totals {
+            time_ns,
+            live,
+            tracked,
+            overhead
+        }),
         (t, any::<u32>(), any::<u64>()).prop_map(|(time_ns, thread, addr)| Record::ReallocBegin {
             time_ns,
             thread,

@@ -368,6 +368,12 @@ impl Writer {
             })
             .collect();
         self.put(&Record::Counters { time_ns: t, tags });
+        self.put(&Record::Totals {
+            time_ns: t,
+            live: snap.totals.live_bytes,
+            tracked: snap.totals.tracked_live_bytes,
+            overhead: snap.overhead_bytes,
+        });
     }
 
     /// One pass: drain events, side records, a sample when due; write.

@@ -1,0 +1,239 @@
+//! Shared once or duplicated: grouping tracked blocks by content.
+//!
+//! Blocks whose fingerprints (size, hash) match hold the same bytes. For each
+//! group, a sweep over the blocks' lifetimes finds the most copies alive at
+//! one moment, when, and who held them. Zero- and constant-filled blocks are
+//! never duplicates (a fresh `vec![0; n]` is not a copy of anything). Without
+//! fingerprints, blocks are grouped by call site and size instead and the
+//! finding is labelled "suspected": one site legitimately allocates distinct
+//! per-partition data of the same size.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use heaptag_format::Fill;
+use serde::Serialize;
+
+use crate::model::{Interval, Model, TagKey};
+use crate::sites::site_name;
+
+/// Blocks with the same content (or, suspected, the same site and size).
+#[derive(Clone, Debug, Serialize)]
+pub struct Group {
+    /// Size of each copy.
+    pub size_bytes: u64,
+    /// Content hash (`None` for a suspected group).
+    pub hash: Option<String>,
+    /// Grouped by site and size only: no fingerprints to confirm.
+    pub suspected: bool,
+    /// Blocks in the group over the whole run.
+    pub blocks: u64,
+    /// Most copies alive at one moment.
+    pub copies: u64,
+    /// When that many first were alive, seconds since the start.
+    pub from_s: f64,
+    /// When the count first dropped below `copies` (`None`: still at the end).
+    pub until_s: Option<f64>,
+    /// The maximum was not held to the end of the run.
+    pub transient: bool,
+    /// `(copies - 1) x size`.
+    pub wasted_bytes: u64,
+    /// Tags holding a copy at that moment, with how many copies each.
+    pub holders: Vec<Holder>,
+    /// Stages of every block in the group.
+    pub stages: Vec<String>,
+    /// Stages holding a copy at the moment of most copies.
+    pub stages_at_max: Vec<String>,
+    /// Call site of the first block.
+    pub site: String,
+}
+
+/// A tag holding copies.
+#[derive(Clone, Debug, Serialize)]
+pub struct Holder {
+    /// The tag.
+    pub tag: String,
+    /// Copies it held.
+    pub copies: u64,
+}
+
+/// The verdict for one stage.
+#[derive(Clone, Debug, Serialize)]
+pub struct Verdict {
+    /// Stage name (`untagged` for blocks without a stage).
+    pub stage: String,
+    /// `SHARED ONCE` or `DUPLICATED`.
+    pub verdict: String,
+    /// Most copies of one content alive at once (1 when shared once).
+    pub copies: u64,
+    /// Sum over duplicated groups of `(copies - 1) x size`.
+    pub wasted_bytes: u64,
+    /// Distinct contents (groups) the stage allocated.
+    pub contents: u64,
+    /// The verdict rests on site and size only.
+    pub suspected: bool,
+}
+
+/// The whole finding for one log.
+#[derive(Clone, Debug, Serialize)]
+pub struct Dups {
+    /// Per stage, sorted by wasted bytes then name.
+    pub verdicts: Vec<Verdict>,
+    /// Groups with more than one copy alive at once, most wasted first.
+    pub duplicated: Vec<Group>,
+    /// Blocks left out because they are zero- or constant-filled.
+    pub filled_blocks: u64,
+    /// Whether the log holds fingerprints at all.
+    pub fingerprints: bool,
+    /// Smallest fingerprinted block size (from the log's settings).
+    pub fingerprint_min_bytes: u64,
+}
+
+fn stage_of(k: &TagKey) -> String {
+    k.stage.clone().unwrap_or_else(|| "untagged".into())
+}
+
+/// Most copies alive at once: (copies, first time reached, when it ended,
+/// the intervals alive then).
+fn sweep<'a>(items: &[&'a Interval], end_of_log: u64) -> (u64, u64, Option<u64>, Vec<&'a Interval>) {
+    // (time, +1 / -1); frees sort before allocations at the same instant.
+    let mut ev: Vec<(u64, i8)> = Vec::with_capacity(items.len() * 2);
+    for i in items {
+        ev.push((i.start, 1));
+        ev.push((i.end.unwrap_or(u64::MAX), -1));
+    }
+    ev.sort();
+    let (mut cur, mut best, mut best_t, mut until) = (0i64, 0i64, 0u64, None);
+    for &(t, d) in &ev {
+        cur += i64::from(d);
+        if cur > best {
+            best = cur;
+            best_t = t;
+            until = None;
+        } else if d < 0 && cur == best - 1 && until.is_none() && t >= best_t {
+            until = Some(t);
+        }
+    }
+    // Open lifetimes end at u64::MAX: a "drop" there is the end of the log.
+    let until = until.filter(|&t| t != u64::MAX && t <= end_of_log);
+    let alive = items
+        .iter()
+        .copied()
+        .filter(|i| i.start <= best_t && i.end.is_none_or(|e| e > best_t))
+        .collect();
+    (best.max(0) as u64, best_t, until, alive)
+}
+
+fn secs(ns: u64) -> f64 {
+    (ns as f64 / 1e9 * 1000.0).round() / 1000.0
+}
+
+/// Groups the model's blocks and decides per stage.
+pub fn analyze(m: &Model) -> Dups {
+    let mut by_content: HashMap<(u64, u64), Vec<&Interval>> = HashMap::new();
+    let mut by_site: HashMap<(u32, u64), Vec<&Interval>> = HashMap::new();
+    let mut filled = 0u64;
+    let mut fingerprinted_stages: BTreeSet<String> = BTreeSet::new();
+    for i in &m.intervals {
+        match i.fp {
+            Some(fp) if fp.fill == Fill::Mixed => {
+                by_content.entry((i.size, fp.hash)).or_default().push(i);
+                fingerprinted_stages.insert(stage_of(&m.tag(i.tag)));
+            }
+            Some(_) => {
+                filled += 1;
+                fingerprinted_stages.insert(stage_of(&m.tag(i.tag)));
+            }
+            None => by_site.entry((i.stack, i.size)).or_default().push(i),
+        }
+    }
+    let mut groups: Vec<Group> = Vec::new();
+    let mut make = |items: Vec<&Interval>, hash: Option<u64>| {
+        let (copies, from, until, alive) = sweep(&items, m.end_ns);
+        let mut holders: BTreeMap<String, u64> = BTreeMap::new();
+        for i in &alive {
+            *holders.entry(m.tag(i.tag).to_string()).or_default() += 1;
+        }
+        let stages: BTreeSet<String> = items.iter().map(|i| stage_of(&m.tag(i.tag))).collect();
+        let stages_at_max: BTreeSet<String> = alive.iter().map(|i| stage_of(&m.tag(i.tag))).collect();
+        let size = items[0].size;
+        groups.push(Group {
+            size_bytes: size,
+            hash: hash.map(|h| format!("{h:016x}")),
+            suspected: hash.is_none(),
+            blocks: items.len() as u64,
+            copies,
+            from_s: secs(from),
+            until_s: until.map(secs),
+            transient: until.is_some(),
+            wasted_bytes: copies.saturating_sub(1) * size,
+            holders: holders
+                .into_iter()
+                .map(|(tag, copies)| Holder { tag, copies })
+                .collect(),
+            stages: stages.into_iter().collect(),
+            stages_at_max: stages_at_max.into_iter().collect(),
+            site: site_name(m, items[0].stack),
+        });
+    };
+    for ((_, hash), items) in by_content {
+        make(items, Some(hash));
+    }
+    for (_, items) in by_site {
+        // Site-and-size grouping only where no fingerprint speaks for the stage.
+        if items
+            .iter()
+            .all(|i| !fingerprinted_stages.contains(&stage_of(&m.tag(i.tag))))
+        {
+            make(items, None);
+        }
+    }
+    let mut verdicts: BTreeMap<String, Verdict> = BTreeMap::new();
+    for g in &groups {
+        for s in &g.stages {
+            let v = verdicts.entry(s.clone()).or_insert_with(|| Verdict {
+                stage: s.clone(),
+                verdict: String::new(),
+                copies: 1,
+                wasted_bytes: 0,
+                contents: 0,
+                suspected: false,
+            });
+            v.contents += 1;
+            // A stage shares in a duplicate only if it held a copy when the
+            // most copies were alive (a later, lone copy is not a duplicate).
+            if g.copies > 1 && g.stages_at_max.contains(s) {
+                v.copies = v.copies.max(g.copies);
+                v.wasted_bytes += g.wasted_bytes;
+                v.suspected |= g.suspected;
+            }
+        }
+    }
+    let mut verdicts: Vec<Verdict> = verdicts
+        .into_values()
+        .map(|mut v| {
+            v.verdict = if v.copies <= 1 {
+                "SHARED ONCE".into()
+            } else if v.suspected {
+                "SUSPECTED DUPLICATE".into()
+            } else {
+                "DUPLICATED".into()
+            };
+            v
+        })
+        .collect();
+    verdicts.sort_by(|a, b| b.wasted_bytes.cmp(&a.wasted_bytes).then_with(|| a.stage.cmp(&b.stage)));
+    let mut duplicated: Vec<Group> = groups.into_iter().filter(|g| g.copies > 1).collect();
+    duplicated.sort_by(|a, b| {
+        b.wasted_bytes
+            .cmp(&a.wasted_bytes)
+            .then_with(|| a.from_s.total_cmp(&b.from_s))
+            .then_with(|| a.hash.cmp(&b.hash))
+    });
+    Dups {
+        verdicts,
+        duplicated,
+        filled_blocks: filled,
+        fingerprints: m.has_fingerprints(),
+        fingerprint_min_bytes: m.header.settings.fingerprint_min,
+    }
+}

@@ -1,0 +1,558 @@
+//! Rendering report values as aligned text, Markdown or JSON, into any
+//! `io::Write` (the library never prints by itself).
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use crate::report::{DupsReport, Peak, Report, Sites, Source, Timeline};
+
+/// Output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned tables for a terminal.
+    Text,
+    /// Markdown (for a CI step summary).
+    Markdown,
+    /// JSON with a `schema_version` (docs/REPORTS.md).
+    Json,
+}
+
+/// Bytes in binary units: `512 B`, `1.5 KiB`, `25.7 GiB`.
+pub fn bytes(b: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// Signed bytes.
+fn sbytes(b: i64) -> String {
+    if b < 0 {
+        format!("-{}", bytes(b.unsigned_abs()))
+    } else {
+        bytes(b as u64)
+    }
+}
+
+/// A table: header and rows; columns after the first are right-aligned.
+struct Table {
+    head: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(head: &[&str]) -> Table {
+        Table {
+            head: head.iter().map(|s| s.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    fn write(&self, f: Format, out: &mut dyn Write) -> io::Result<()> {
+        if self.rows.is_empty() {
+            return writeln!(out, "(none)");
+        }
+        match f {
+            Format::Markdown => {
+                writeln!(out, "| {} |", self.head.join(" | "))?;
+                let align: Vec<&str> = (0..self.head.len())
+                    .map(|i| if i == 0 { "---" } else { "---:" })
+                    .collect();
+                writeln!(out, "| {} |", align.join(" | "))?;
+                for r in &self.rows {
+                    let cells: Vec<String> = r.iter().map(|c| c.replace('|', "\\|")).collect();
+                    writeln!(out, "| {} |", cells.join(" | "))?;
+                }
+                Ok(())
+            }
+            _ => {
+                let mut w: Vec<usize> = self.head.iter().map(|h| h.chars().count()).collect();
+                for r in &self.rows {
+                    for (i, c) in r.iter().enumerate() {
+                        w[i] = w[i].max(c.chars().count());
+                    }
+                }
+                let line = |cells: &[String], out: &mut dyn Write| -> io::Result<()> {
+                    let mut s = String::new();
+                    for (i, c) in cells.iter().enumerate() {
+                        let pad = w[i] - c.chars().count();
+                        if i == 0 {
+                            s.push_str(c);
+                            s.push_str(&" ".repeat(pad));
+                        } else {
+                            s.push_str("  ");
+                            s.push_str(&" ".repeat(pad));
+                            s.push_str(c);
+                        }
+                    }
+                    writeln!(out, "{}", s.trim_end())
+                };
+                line(&self.head, out)?;
+                for r in &self.rows {
+                    line(r, out)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn heading(f: Format, out: &mut dyn Write, level: usize, text: &str) -> io::Result<()> {
+    match f {
+        Format::Markdown => writeln!(out, "\n{} {text}\n", "#".repeat(level)),
+        _ => {
+            writeln!(out)?;
+            writeln!(out, "{text}")?;
+            if level <= 2 {
+                writeln!(
+                    out,
+                    "{}",
+                    if level == 1 { "=" } else { "-" }.repeat(text.chars().count())
+                )?;
+            }
+            Ok(())
+        }
+    }
+}
+
+fn source(f: Format, out: &mut dyn Write, s: &Source) -> io::Result<()> {
+    heading(f, out, 2, &format!("{} (pid {})", s.log, s.pid))?;
+    let line = |out: &mut dyn Write, text: String| match f {
+        Format::Markdown => writeln!(out, "- {text}"),
+        _ => writeln!(out, "{text}"),
+    };
+    line(out, format!("executable: {}", s.exe))?;
+    line(out, format!("duration: {:.3} s", s.duration_s))?;
+    if s.dropped_events > 0 {
+        line(
+            out,
+            format!(
+                "WARNING: {} events were dropped by the writer: figures built on events are low",
+                s.dropped_events
+            ),
+        )?;
+    }
+    if s.unmatched_frees > 0 {
+        line(
+            out,
+            format!(
+                "note: {} frees of blocks allocated before the log began",
+                s.unmatched_frees
+            ),
+        )?;
+    }
+    for p in &s.problems {
+        line(out, format!("WARNING: {p}"))?;
+    }
+    Ok(())
+}
+
+fn at(a: &crate::report::At) -> String {
+    format!("{} at {:.3} s", bytes(a.bytes), a.time_s)
+}
+
+/// Writes a value as pretty JSON.
+pub fn json<T: Serialize>(v: &T, out: &mut dyn Write) -> io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, v).map_err(io::Error::other)?;
+    writeln!(out)
+}
+
+/// Renders `heaptag report`.
+pub fn report(r: &Report, f: Format, out: &mut dyn Write) -> io::Result<()> {
+    if f == Format::Json {
+        return json(r, out);
+    }
+    heading(f, out, 1, "heaptag report")?;
+    for s in &r.sources {
+        source(f, out, &s.source)?;
+        writeln!(out)?;
+        if let Some(p) = &s.peak_rss {
+            writeln!(out, "peak RSS:        {}", at(p))?;
+        } else {
+            writeln!(out, "peak RSS:        not sampled")?;
+        }
+        writeln!(out, "peak attributed: {}", at(&s.peak_attributed))?;
+        writeln!(out, "heaptag's own:   {}", bytes(s.heaptag_overhead_bytes))?;
+        for (t, l) in &s.marks {
+            writeln!(out, "mark:            {t:.3} s  {l}")?;
+        }
+        heading(f, out, 3, "Per tag")?;
+        tag_table(&s.tags, f, out)?;
+        if let Some(d) = &s.decomposition {
+            heading(f, out, 3, &format!("RSS at its peak ({:.3} s), taken apart", d.time_s))?;
+            let mut t = Table::new(&["part", "bytes", "how known"]);
+            t.row(vec!["RSS (VmRSS)".into(), bytes(d.rss_bytes), "sampled".into()]);
+            t.row(vec![
+                "tracked blocks (>= threshold)".into(),
+                bytes(d.tracked_bytes),
+                "exact".into(),
+            ]);
+            t.row(vec![
+                "small blocks".into(),
+                bytes(d.small_bytes),
+                if d.small_stderr_bytes == 0 {
+                    "exact total (per-tag split estimated)".into()
+                } else {
+                    format!("estimated, +- {}", bytes(d.small_stderr_bytes))
+                },
+            ]);
+            let opt = |v: Option<i64>| v.map_or_else(|| "n/a".to_string(), sbytes);
+            t.row(vec![
+                "jemalloc rounding and caches".into(),
+                opt(d.jemalloc_rounding_bytes),
+                "allocated - requested".into(),
+            ]);
+            t.row(vec![
+                "allocator overhead".into(),
+                opt(d.allocator_overhead_bytes),
+                "jemalloc resident - allocated".into(),
+            ]);
+            t.row(vec![
+                "outside jemalloc".into(),
+                opt(d.outside_jemalloc_bytes),
+                "RSS - jemalloc resident".into(),
+            ]);
+            t.row(vec![
+                "  of which annotated external".into(),
+                bytes(d.external_bytes),
+                "external_alloc".into(),
+            ]);
+            t.row(vec![
+                "  of which heaptag's own".into(),
+                d.heaptag_overhead_bytes.map_or("n/a".into(), bytes),
+                "counted".into(),
+            ]);
+            t.write(f, out)?;
+            if d.unprefixed_jemalloc {
+                writeln!(
+                    out,
+                    "note: unprefixed jemalloc build: C/C++ allocations are inside jemalloc's figures but in no tag"
+                )?;
+            }
+        }
+    }
+    if let Some(c) = &r.combined {
+        heading(f, out, 2, "All logs combined (peaks summed: an upper bound)")?;
+        tag_table(c, f, out)?;
+    }
+    Ok(())
+}
+
+fn tag_table(rows: &[crate::report::TagRow], f: Format, out: &mut dyn Write) -> io::Result<()> {
+    let mut t = Table::new(&[
+        "tag",
+        "peak live",
+        "at",
+        "live at end",
+        "allocated",
+        "allocations",
+        "external",
+    ]);
+    for r in rows {
+        let end = if r.live_end_stderr_bytes > 0 {
+            format!("{} +- {}", bytes(r.live_end_bytes), bytes(r.live_end_stderr_bytes))
+        } else {
+            bytes(r.live_end_bytes)
+        };
+        t.row(vec![
+            r.tag.clone(),
+            bytes(r.peak_live.bytes),
+            format!("{:.3} s", r.peak_live.time_s),
+            end,
+            bytes(r.allocated_bytes),
+            r.allocations.to_string(),
+            if r.external_bytes == 0 {
+                String::new()
+            } else {
+                sbytes(r.external_bytes)
+            },
+        ]);
+    }
+    t.write(f, out)
+}
+
+/// Renders `heaptag peak`.
+pub fn peak(p: &Peak, f: Format, out: &mut dyn Write) -> io::Result<()> {
+    if f == Format::Json {
+        return json(p, out);
+    }
+    heading(f, out, 1, "heaptag peak: what held the memory")?;
+    for s in &p.sources {
+        source(f, out, &s.source)?;
+        for m in &s.moments {
+            let title = match m.kind.as_str() {
+                "rss" => format!(
+                    "At the RSS peak: {} at {:.3} s ({} attributed)",
+                    m.rss_bytes.map_or("?".into(), bytes),
+                    m.time_s,
+                    bytes(m.attributed_bytes)
+                ),
+                _ => format!(
+                    "At the attributed peak: {} at {:.3} s",
+                    bytes(m.attributed_bytes),
+                    m.time_s
+                ),
+            };
+            heading(f, out, 3, &title)?;
+            let mut t = Table::new(&["tag", "held", "share", "tracked", "small (est.)", "external"]);
+            let total = m.attributed_bytes.max(1);
+            for h in &m.by_tag {
+                let held = h.tracked_bytes + h.small_bytes;
+                t.row(vec![
+                    h.tag.clone(),
+                    bytes(held),
+                    format!("{:.1}%", held as f64 * 100.0 / total as f64),
+                    bytes(h.tracked_bytes),
+                    bytes(h.small_bytes),
+                    if h.external_bytes == 0 {
+                        String::new()
+                    } else {
+                        sbytes(h.external_bytes)
+                    },
+                ]);
+            }
+            t.write(f, out)?;
+            writeln!(out)?;
+            let mut t = Table::new(&["call site", "held"]);
+            for s in &m.by_site {
+                t.row(vec![s.site.clone(), bytes(s.bytes)]);
+            }
+            t.write(f, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// Renders `heaptag dups`.
+pub fn dups(d: &DupsReport, f: Format, out: &mut dyn Write) -> io::Result<()> {
+    if f == Format::Json {
+        return json(d, out);
+    }
+    heading(f, out, 1, "heaptag dups: shared once or duplicated?")?;
+    for s in &d.sources {
+        source(f, out, &s.source)?;
+        let x = &s.dups;
+        if !x.fingerprints {
+            writeln!(
+                out,
+                "no content fingerprints in this log: blocks are grouped by call site and size, and findings are only suspected"
+            )?;
+        }
+        heading(f, out, 3, "Verdict per stage")?;
+        let mut t = Table::new(&["stage", "verdict", "wasted", "contents"]);
+        for v in &x.verdicts {
+            let verdict = if v.copies > 1 {
+                format!("{} x{}", v.verdict, v.copies)
+            } else {
+                v.verdict.clone()
+            };
+            t.row(vec![
+                v.stage.clone(),
+                verdict,
+                bytes(v.wasted_bytes),
+                v.contents.to_string(),
+            ]);
+        }
+        t.write(f, out)?;
+        if x.filled_blocks > 0 {
+            writeln!(
+                out,
+                "({} zero- or constant-filled blocks are never counted as duplicates)",
+                x.filled_blocks
+            )?;
+        }
+        if !x.duplicated.is_empty() {
+            heading(f, out, 3, "Duplicated contents")?;
+            let mut t = Table::new(&["content", "size", "copies", "wasted", "when", "held by", "site"]);
+            for g in &x.duplicated {
+                let when = match g.until_s {
+                    Some(u) => format!("{:.3}-{:.3} s (transient)", g.from_s, u),
+                    None => format!("from {:.3} s to the end", g.from_s),
+                };
+                let holders: Vec<String> = g
+                    .holders
+                    .iter()
+                    .map(|h| {
+                        if h.copies > 1 {
+                            format!("{} (x{})", h.tag, h.copies)
+                        } else {
+                            h.tag.clone()
+                        }
+                    })
+                    .collect();
+                t.row(vec![
+                    g.hash
+                        .clone()
+                        .map_or_else(|| "suspected (site+size)".into(), |h| h[..8].to_string()),
+                    bytes(g.size_bytes),
+                    g.copies.to_string(),
+                    bytes(g.wasted_bytes),
+                    when,
+                    holders.join(", "),
+                    g.site.clone(),
+                ]);
+            }
+            t.write(f, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// Renders `heaptag sites`.
+pub fn sites(s: &Sites, f: Format, out: &mut dyn Write) -> io::Result<()> {
+    if f == Format::Json {
+        return json(s, out);
+    }
+    heading(f, out, 1, "heaptag sites: where memory is allocated")?;
+    for sec in &s.sources {
+        source(f, out, &sec.source)?;
+        for (title, rows) in [
+            ("By peak live bytes", &sec.by_peak),
+            ("By bytes allocated", &sec.by_allocated),
+        ] {
+            heading(f, out, 3, title)?;
+            let mut t = Table::new(&["call site", "peak live", "allocated", "allocations", "tags"]);
+            for r in rows {
+                let mut tags = r.tags.iter().take(3).cloned().collect::<Vec<_>>().join(", ");
+                if r.tags.len() > 3 {
+                    tags.push_str(&format!(" (+{})", r.tags.len() - 3));
+                }
+                t.row(vec![
+                    r.site.clone(),
+                    bytes(r.peak_live.bytes),
+                    bytes(r.allocated_bytes),
+                    r.allocations.to_string(),
+                    tags,
+                ]);
+            }
+            t.write(f, out)?;
+        }
+    }
+    Ok(())
+}
+
+const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+
+/// Resamples `v` to `width` columns, keeping each column's maximum.
+fn columns(v: &[u64], width: usize) -> Vec<u64> {
+    if v.len() <= width {
+        return v.to_vec();
+    }
+    (0..width)
+        .map(|c| {
+            let (a, b) = (
+                c * v.len() / width,
+                ((c + 1) * v.len() / width).max(c * v.len() / width + 1),
+            );
+            v[a..b.min(v.len())].iter().copied().max().unwrap_or(0)
+        })
+        .collect()
+}
+
+/// Renders `heaptag timeline` as a chart (text, markdown) or JSON.
+pub fn timeline(t: &Timeline, f: Format, out: &mut dyn Write) -> io::Result<()> {
+    if f == Format::Json {
+        return json(t, out);
+    }
+    heading(f, out, 1, "heaptag timeline: live bytes over time")?;
+    for s in &t.sources {
+        source(f, out, &s.source)?;
+        let width = 60;
+        let top = s.series.iter().map(|x| x.peak_bytes).max().unwrap_or(0).max(1);
+        if f == Format::Markdown {
+            writeln!(out, "```")?;
+        }
+        let end = s.times_s.last().copied().unwrap_or(0.0);
+        writeln!(out, "0 s {:>w$}", format!("{end:.3} s"), w = width + 28)?;
+        let label_w = s
+            .series
+            .iter()
+            .map(|x| x.key.chars().count())
+            .max()
+            .unwrap_or(4)
+            .clamp(4, 28);
+        for x in &s.series {
+            let bars: String = columns(&x.bytes, width)
+                .iter()
+                .map(|&b| if b == 0 { ' ' } else { BARS[((b * 7) / top) as usize] })
+                .collect();
+            let key: String = x.key.chars().take(label_w).collect();
+            writeln!(out, "{key:<label_w$} {bars} {}", bytes(x.peak_bytes))?;
+        }
+        if !s.rss_bytes.is_empty() {
+            let rtop = s.rss_bytes.iter().copied().max().unwrap_or(1).max(1);
+            let bars: String = columns(&s.rss_bytes, width)
+                .iter()
+                .map(|&b| BARS[((b * 7) / rtop) as usize])
+                .collect();
+            writeln!(out, "{:<label_w$} {bars} {}", "RSS", bytes(rtop))?;
+        }
+        if f == Format::Markdown {
+            writeln!(out, "```")?;
+        }
+        writeln!(
+            out,
+            "(each column is the maximum over its time span; bars scale to the largest series, RSS to itself)"
+        )?;
+    }
+    Ok(())
+}
+
+/// Writes `heaptag timeline --csv`: a time column, then one per key (bytes).
+pub fn timeline_csv(t: &Timeline, out: &mut dyn Write) -> io::Result<()> {
+    let quote = |s: &str| {
+        if s.contains([',', '"', '\n']) {
+            format!("\"{}\"", s.replace('"', "\"\""))
+        } else {
+            s.to_string()
+        }
+    };
+    for s in &t.sources {
+        let mut head = vec!["source".to_string(), "time_s".to_string(), "rss_bytes".to_string()];
+        head.extend(s.series.iter().map(|x| quote(&x.key)));
+        writeln!(out, "{}", head.join(","))?;
+        for (i, time) in s.times_s.iter().enumerate() {
+            let mut row = vec![
+                quote(&s.source.log),
+                format!("{time:.3}"),
+                s.rss_bytes.get(i).copied().unwrap_or(0).to_string(),
+            ];
+            row.extend(s.series.iter().map(|x| x.bytes[i].to_string()));
+            writeln!(out, "{}", row.join(","))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binary_units() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(1023), "1023 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(25_700 << 20), "25.1 GiB");
+        assert_eq!(sbytes(-2048), "-2.0 KiB");
+    }
+
+    #[test]
+    fn columns_keep_maxima() {
+        assert_eq!(columns(&[1, 5, 2, 2, 9, 0], 3), vec![5, 2, 9]);
+        assert_eq!(columns(&[1, 2], 5), vec![1, 2]);
+    }
+}

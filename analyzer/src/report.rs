@@ -1,0 +1,607 @@
+//! The report values: what each command says, independent of its rendering.
+//! Serialized as the `--format json` output (see docs/REPORTS.md).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::dups::{self, Dups};
+use crate::model::{Composition, Model, TagKey};
+use crate::sites::site_name;
+
+/// Version of the JSON output; bumped on any incompatible change.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// A value and the moment it was reached.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct At {
+    /// Bytes.
+    pub bytes: u64,
+    /// Seconds since the log's start.
+    pub time_s: f64,
+}
+
+/// The log a section is about.
+#[derive(Clone, Debug, Serialize)]
+pub struct Source {
+    /// Path of the log.
+    pub log: String,
+    /// Process id.
+    pub pid: u32,
+    /// Executable.
+    pub exe: String,
+    /// Seconds from the start to the last record.
+    pub duration_s: f64,
+    /// The writer finished the log (it has its end record).
+    pub complete: bool,
+    /// Damage met while reading (skipped ranges, truncation), one line each.
+    pub problems: Vec<String>,
+    /// Events the process could not log (buffer full, disk full).
+    pub dropped_events: u64,
+    /// Frees of blocks allocated before the log began (or whose allocation was dropped).
+    pub unmatched_frees: u64,
+}
+
+fn secs(ns: u64) -> f64 {
+    (ns as f64 / 1e9 * 1000.0).round() / 1000.0
+}
+
+impl Source {
+    fn of(m: &Model) -> Source {
+        let mut problems: Vec<String> = m.problems.iter().map(|p| p.to_string()).collect();
+        if !m.ended {
+            problems.push(
+                "the log has no end record: the process was killed or crashed (or is still running); \
+                 figures stop at its last written frame"
+                    .into(),
+            );
+        }
+        Source {
+            log: m.path.display().to_string(),
+            pid: m.header.pid,
+            exe: m.header.exe.clone(),
+            duration_s: secs(m.end_ns),
+            complete: m.ended,
+            problems,
+            dropped_events: m.dropped,
+            unmatched_frees: m.unmatched_frees,
+        }
+    }
+}
+
+/// One tag's figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct TagRow {
+    /// The tag, as `job=7 stage=gpu_prove partition=3`.
+    pub tag: String,
+    /// Job.
+    pub job: Option<u64>,
+    /// Stage.
+    pub stage: Option<String>,
+    /// Partition.
+    pub partition: Option<u32>,
+    /// Highest live bytes (tracked exact + small estimate), and when.
+    pub peak_live: At,
+    /// Highest tracked live bytes (exact).
+    pub peak_tracked_bytes: u64,
+    /// Live bytes at the end of the log.
+    pub live_end_bytes: u64,
+    /// Standard error of the small-block part of `live_end_bytes`.
+    pub live_end_stderr_bytes: u64,
+    /// Bytes allocated over the run (all sizes, exact, from the process's
+    /// counters; tracked bytes only if the log has no counter sample).
+    pub allocated_bytes: u64,
+    /// Allocations over the run.
+    pub allocations: u64,
+    /// External (annotated) bytes held at the end.
+    pub external_bytes: i64,
+}
+
+/// The RSS decomposition at the RSS peak.
+#[derive(Clone, Debug, Serialize)]
+pub struct Decomposition {
+    /// When, seconds.
+    pub time_s: f64,
+    /// VmRSS.
+    pub rss_bytes: u64,
+    /// Tracked blocks alive (exact).
+    pub tracked_bytes: u64,
+    /// Small blocks alive: exact total when the log has process totals,
+    /// otherwise the sum of the per-tag estimates.
+    pub small_bytes: u64,
+    /// Standard error of the per-tag split of `small_bytes` (0 when exact).
+    pub small_stderr_bytes: u64,
+    /// Annotated external memory (mmaps, pinned buffers): part of the RSS
+    /// outside jemalloc when resident.
+    pub external_bytes: u64,
+    /// jemalloc allocated - requested live: size-class rounding and thread caches.
+    pub jemalloc_rounding_bytes: Option<i64>,
+    /// jemalloc resident - allocated: dirty pages, metadata, fragmentation.
+    pub allocator_overhead_bytes: Option<i64>,
+    /// RSS - jemalloc resident: everything jemalloc does not hold (C/C++
+    /// malloc, stacks, mmaps, binaries, heaptag's own tables).
+    pub outside_jemalloc_bytes: Option<i64>,
+    /// heaptag's own memory (part of `outside_jemalloc_bytes` in the default build).
+    pub heaptag_overhead_bytes: Option<u64>,
+    /// C and C++ code allocates from jemalloc too (unprefixed build): their
+    /// memory is in jemalloc's figures but in no tag.
+    pub unprefixed_jemalloc: bool,
+}
+
+fn decomposition(m: &Model, c: &Composition) -> Option<Decomposition> {
+    let rss = c.rss?;
+    let (small, stderr) = match c.totals {
+        Some((live, tracked, _)) => (live.saturating_sub(tracked), 0.0),
+        None => c.small,
+    };
+    let live = c.totals.map_or(c.tracked + small, |t| t.0);
+    Some(Decomposition {
+        time_s: secs(c.time_ns),
+        rss_bytes: rss,
+        tracked_bytes: c.tracked,
+        small_bytes: small,
+        small_stderr_bytes: stderr.round() as u64,
+        external_bytes: c.external,
+        jemalloc_rounding_bytes: c.jemalloc.map(|(a, _)| a as i64 - live as i64),
+        allocator_overhead_bytes: c.jemalloc.map(|(a, r)| r as i64 - a as i64),
+        outside_jemalloc_bytes: c.jemalloc.map(|(_, r)| rss as i64 - r as i64),
+        heaptag_overhead_bytes: c.totals.map(|t| t.2),
+        unprefixed_jemalloc: m.header.settings.unprefixed_jemalloc,
+    })
+}
+
+/// `heaptag report` for one log.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReportSection {
+    /// The log.
+    pub source: Source,
+    /// Highest VmRSS sampled.
+    pub peak_rss: Option<At>,
+    /// Highest attributed bytes (tracked exact + small estimate).
+    pub peak_attributed: At,
+    /// Highest heaptag overhead seen.
+    pub heaptag_overhead_bytes: u64,
+    /// Per tag, by job, stage, partition.
+    pub tags: Vec<TagRow>,
+    /// The RSS at its peak, taken apart.
+    pub decomposition: Option<Decomposition>,
+    /// Named points in the run: (seconds, label).
+    pub marks: Vec<(f64, String)>,
+}
+
+/// `heaptag report`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// JSON schema version.
+    pub schema_version: u32,
+    /// One section per log.
+    pub sources: Vec<ReportSection>,
+    /// With several logs: per tag, summed over the logs (peaks summed too,
+    /// which bounds the combined peak from above).
+    pub combined: Option<Vec<TagRow>>,
+}
+
+fn tag_rows(m: &Model) -> Vec<TagRow> {
+    let mut rows: Vec<(TagKey, TagRow)> = m
+        .tag_acc
+        .iter()
+        .filter(|(_, a)| a.peak > 0 || a.alloc_count.unwrap_or(0) > 0 || a.external != 0)
+        .map(|(id, a)| {
+            let k = m.tag(*id);
+            let row = TagRow {
+                tag: k.to_string(),
+                job: k.job,
+                stage: k.stage.clone(),
+                partition: k.partition,
+                peak_live: At {
+                    bytes: a.peak,
+                    time_s: secs(a.peak_t),
+                },
+                peak_tracked_bytes: a.tracked_peak,
+                live_end_bytes: a.tracked + a.small,
+                live_end_stderr_bytes: a.small_var.sqrt().round() as u64,
+                allocated_bytes: a.alloc_bytes.unwrap_or(a.tracked_alloc),
+                allocations: a.alloc_count.unwrap_or(a.tracked_count),
+                external_bytes: a.external,
+            };
+            (k, row)
+        })
+        .filter(|(k, _)| k.stage.as_deref() != Some("heaptag:writer"))
+        .collect();
+    rows.sort_by(|a, b| a.0.cmp(&b.0));
+    rows.into_iter().map(|(_, r)| r).collect()
+}
+
+/// Builds `heaptag report` from loaded logs.
+pub fn report(models: &[Model]) -> Report {
+    let sources: Vec<ReportSection> = models
+        .iter()
+        .map(|m| ReportSection {
+            source: Source::of(m),
+            peak_rss: m.rss_peak.as_ref().and_then(|c| {
+                c.rss.map(|b| At {
+                    bytes: b,
+                    time_s: secs(c.time_ns),
+                })
+            }),
+            peak_attributed: At {
+                bytes: m.attributed_peak.0,
+                time_s: secs(m.attributed_peak.2),
+            },
+            heaptag_overhead_bytes: m.max_overhead,
+            tags: tag_rows(m),
+            decomposition: m.rss_peak.as_ref().and_then(|c| decomposition(m, c)),
+            marks: m.marks.iter().map(|(t, l)| (secs(*t), l.clone())).collect(),
+        })
+        .collect();
+    let combined = (sources.len() > 1).then(|| {
+        let mut by: BTreeMap<(Option<u64>, Option<String>, Option<u32>), TagRow> = BTreeMap::new();
+        for s in &sources {
+            for r in &s.tags {
+                let e = by
+                    .entry((r.job, r.stage.clone(), r.partition))
+                    .or_insert_with(|| TagRow {
+                        peak_live: At { bytes: 0, time_s: 0.0 },
+                        peak_tracked_bytes: 0,
+                        live_end_bytes: 0,
+                        live_end_stderr_bytes: 0,
+                        allocated_bytes: 0,
+                        allocations: 0,
+                        external_bytes: 0,
+                        ..r.clone()
+                    });
+                e.peak_live.bytes += r.peak_live.bytes;
+                e.peak_tracked_bytes += r.peak_tracked_bytes;
+                e.live_end_bytes += r.live_end_bytes;
+                e.live_end_stderr_bytes =
+                    ((e.live_end_stderr_bytes as f64).powi(2) + (r.live_end_stderr_bytes as f64).powi(2)).sqrt() as u64;
+                e.allocated_bytes += r.allocated_bytes;
+                e.allocations += r.allocations;
+                e.external_bytes += r.external_bytes;
+            }
+        }
+        by.into_values().collect()
+    });
+    Report {
+        schema_version: SCHEMA_VERSION,
+        sources,
+        combined,
+    }
+}
+
+/// A tag's share of memory at a moment.
+#[derive(Clone, Debug, Serialize)]
+pub struct Holding {
+    /// The tag.
+    pub tag: String,
+    /// Tracked bytes (exact).
+    pub tracked_bytes: u64,
+    /// Small bytes (estimate).
+    pub small_bytes: u64,
+    /// External bytes.
+    pub external_bytes: i64,
+}
+
+/// A call site's share of memory at a moment.
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteHolding {
+    /// The call site.
+    pub site: String,
+    /// Bytes alive from it (tracked exact + sampled estimate).
+    pub bytes: u64,
+}
+
+/// What held memory at one moment.
+#[derive(Clone, Debug, Serialize)]
+pub struct Moment {
+    /// Which peak: `rss` or `attributed`.
+    pub kind: String,
+    /// When, seconds.
+    pub time_s: f64,
+    /// VmRSS then, if sampled.
+    pub rss_bytes: Option<u64>,
+    /// Tracked + small estimate then.
+    pub attributed_bytes: u64,
+    /// Per tag, largest first.
+    pub by_tag: Vec<Holding>,
+    /// Per call site, largest first (top N).
+    pub by_site: Vec<SiteHolding>,
+}
+
+/// `heaptag peak` for one log.
+#[derive(Clone, Debug, Serialize)]
+pub struct PeakSection {
+    /// The log.
+    pub source: Source,
+    /// At the RSS peak and at the attributed peak.
+    pub moments: Vec<Moment>,
+}
+
+/// `heaptag peak`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Peak {
+    /// JSON schema version.
+    pub schema_version: u32,
+    /// One section per log.
+    pub sources: Vec<PeakSection>,
+}
+
+fn moment(m: &Model, kind: &str, c: &Composition, top: usize) -> Moment {
+    let mut by_site: BTreeMap<String, u64> = BTreeMap::new();
+    for &(stack, bytes) in &c.per_site {
+        *by_site.entry(site_name(m, stack)).or_default() += bytes;
+    }
+    let mut by_site: Vec<SiteHolding> = by_site
+        .into_iter()
+        .map(|(site, bytes)| SiteHolding { site, bytes })
+        .collect();
+    by_site.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
+    by_site.truncate(top);
+    Moment {
+        kind: kind.into(),
+        time_s: secs(c.time_ns),
+        rss_bytes: c.rss,
+        attributed_bytes: c.tracked + c.small.0,
+        by_tag: c
+            .per_tag
+            .iter()
+            .map(|&(id, t, s, e)| Holding {
+                tag: m.tag(id).to_string(),
+                tracked_bytes: t,
+                small_bytes: s,
+                external_bytes: e,
+            })
+            .collect(),
+        by_site,
+    }
+}
+
+/// Builds `heaptag peak`.
+pub fn peak(models: &[Model], top: usize) -> Peak {
+    Peak {
+        schema_version: SCHEMA_VERSION,
+        sources: models
+            .iter()
+            .map(|m| PeakSection {
+                source: Source::of(m),
+                moments: [
+                    ("rss", m.rss_peak.as_ref()),
+                    ("attributed", m.attributed_composition.as_ref()),
+                ]
+                .into_iter()
+                .filter_map(|(k, c)| c.map(|c| moment(m, k, c, top)))
+                .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// `heaptag dups` for one log.
+#[derive(Clone, Debug, Serialize)]
+pub struct DupsSection {
+    /// The log.
+    pub source: Source,
+    /// The finding.
+    #[serde(flatten)]
+    pub dups: Dups,
+}
+
+/// `heaptag dups`.
+#[derive(Clone, Debug, Serialize)]
+pub struct DupsReport {
+    /// JSON schema version.
+    pub schema_version: u32,
+    /// One section per log (addresses are per process).
+    pub sources: Vec<DupsSection>,
+}
+
+/// Builds `heaptag dups`.
+pub fn dups(models: &[Model]) -> DupsReport {
+    DupsReport {
+        schema_version: SCHEMA_VERSION,
+        sources: models
+            .iter()
+            .map(|m| DupsSection {
+                source: Source::of(m),
+                dups: dups::analyze(m),
+            })
+            .collect(),
+    }
+}
+
+/// One call site.
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteRow {
+    /// The call site.
+    pub site: String,
+    /// Highest live bytes from it, and when.
+    pub peak_live: At,
+    /// Bytes allocated from it (tracked exact + sampled estimate).
+    pub allocated_bytes: u64,
+    /// Tracked allocations and samples from it.
+    pub allocations: u64,
+    /// Tags that allocated here.
+    pub tags: Vec<String>,
+}
+
+/// `heaptag sites` for one log.
+#[derive(Clone, Debug, Serialize)]
+pub struct SitesSection {
+    /// The log.
+    pub source: Source,
+    /// Top sites by peak live bytes.
+    pub by_peak: Vec<SiteRow>,
+    /// Top sites by bytes allocated.
+    pub by_allocated: Vec<SiteRow>,
+}
+
+/// `heaptag sites`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Sites {
+    /// JSON schema version.
+    pub schema_version: u32,
+    /// One section per log.
+    pub sources: Vec<SitesSection>,
+}
+
+/// Builds `heaptag sites`: stacks with the same call site are merged.
+pub fn sites(models: &[Model], top: usize) -> Sites {
+    Sites {
+        schema_version: SCHEMA_VERSION,
+        sources: models
+            .iter()
+            .map(|m| {
+                let mut merged: BTreeMap<String, SiteRow> = BTreeMap::new();
+                for (stack, s) in &m.site_acc {
+                    let name = site_name(m, *stack);
+                    let row = merged.entry(name.clone()).or_insert_with(|| SiteRow {
+                        site: name,
+                        peak_live: At { bytes: 0, time_s: 0.0 },
+                        allocated_bytes: 0,
+                        allocations: 0,
+                        tags: Vec::new(),
+                    });
+                    // Peaks of merged stacks may fall at different moments;
+                    // the largest one is a lower bound of the site's peak.
+                    if s.peak > row.peak_live.bytes {
+                        row.peak_live = At {
+                            bytes: s.peak,
+                            time_s: secs(s.peak_t),
+                        };
+                    }
+                    row.allocated_bytes += s.alloc_bytes;
+                    row.allocations += s.alloc_count;
+                    for t in &s.tags {
+                        let name = m.tag(*t).to_string();
+                        if !row.tags.contains(&name) {
+                            row.tags.push(name);
+                        }
+                    }
+                }
+                let mut rows: Vec<SiteRow> = merged.into_values().collect();
+                for r in &mut rows {
+                    r.tags.sort();
+                }
+                let mut by_peak = rows.clone();
+                by_peak.sort_by(|a, b| {
+                    b.peak_live
+                        .bytes
+                        .cmp(&a.peak_live.bytes)
+                        .then_with(|| a.site.cmp(&b.site))
+                });
+                by_peak.truncate(top);
+                rows.sort_by(|a, b| {
+                    b.allocated_bytes
+                        .cmp(&a.allocated_bytes)
+                        .then_with(|| a.site.cmp(&b.site))
+                });
+                rows.truncate(top);
+                SitesSection {
+                    source: Source::of(m),
+                    by_peak,
+                    by_allocated: rows,
+                }
+            })
+            .collect(),
+    }
+}
+
+/// What a timeline groups tags by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum By {
+    /// Stage names.
+    Stage,
+    /// Partitions.
+    Partition,
+    /// Jobs.
+    Job,
+    /// Full tags.
+    Tag,
+}
+
+/// One line of a timeline.
+#[derive(Clone, Debug, Serialize)]
+pub struct Series {
+    /// The stage, partition, job or tag.
+    pub key: String,
+    /// Live bytes at each time.
+    pub bytes: Vec<u64>,
+    /// Highest value.
+    pub peak_bytes: u64,
+}
+
+/// `heaptag timeline` for one log.
+#[derive(Clone, Debug, Serialize)]
+pub struct TimelineSection {
+    /// The log.
+    pub source: Source,
+    /// What tags are grouped by.
+    pub by: By,
+    /// Sample times, seconds.
+    pub times_s: Vec<f64>,
+    /// One series per key, largest peak first.
+    pub series: Vec<Series>,
+    /// VmRSS at each time.
+    pub rss_bytes: Vec<u64>,
+}
+
+/// `heaptag timeline`.
+#[derive(Clone, Debug, Serialize)]
+pub struct Timeline {
+    /// JSON schema version.
+    pub schema_version: u32,
+    /// One section per log.
+    pub sources: Vec<TimelineSection>,
+}
+
+fn key_of(k: &TagKey, by: By) -> String {
+    match by {
+        By::Stage => k.stage.clone().unwrap_or_else(|| "(no stage)".into()),
+        By::Partition => k
+            .partition
+            .map_or_else(|| "(no partition)".into(), |p| format!("partition {p}")),
+        By::Job => k.job.map_or_else(|| "(no job)".into(), |j| format!("job {j}")),
+        By::Tag => k.to_string(),
+    }
+}
+
+/// Builds `heaptag timeline`.
+pub fn timeline(models: &[Model], by: By) -> Timeline {
+    Timeline {
+        schema_version: SCHEMA_VERSION,
+        sources: models
+            .iter()
+            .map(|m| {
+                let n = m.timeline.len();
+                let mut series: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+                for (i, (_, per_tag)) in m.timeline.iter().enumerate() {
+                    for &(tag, bytes) in per_tag {
+                        let k = m.tag(tag);
+                        if k.stage.as_deref() == Some("heaptag:writer") {
+                            continue;
+                        }
+                        series.entry(key_of(&k, by)).or_insert_with(|| vec![0; n])[i] += bytes;
+                    }
+                }
+                let mut series: Vec<Series> = series
+                    .into_iter()
+                    .map(|(key, bytes)| Series {
+                        peak_bytes: bytes.iter().copied().max().unwrap_or(0),
+                        key,
+                        bytes,
+                    })
+                    .filter(|s| s.peak_bytes > 0)
+                    .collect();
+                series.sort_by(|a, b| b.peak_bytes.cmp(&a.peak_bytes).then_with(|| a.key.cmp(&b.key)));
+                TimelineSection {
+                    source: Source::of(m),
+                    by,
+                    times_s: m.timeline.iter().map(|(t, _)| secs(*t)).collect(),
+                    series,
+                    rss_bytes: m.rss_series.clone(),
+                }
+            })
+            .collect(),
+    }
+}
