@@ -235,7 +235,7 @@ pub fn report(models: &[Model]) -> Report {
         })
         .collect();
     let combined = (sources.len() > 1).then(|| {
-        let mut by: BTreeMap<(Option<u64>, Option<String>, Option<u32>), TagRow> = BTreeMap::new();
+        let mut by: BTreeMap<TagKey, TagRow> = BTreeMap::new();
         for s in &sources {
             for r in &s.tags {
                 let e = by
