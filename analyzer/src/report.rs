@@ -238,18 +238,21 @@ pub fn report(models: &[Model]) -> Report {
         let mut by: BTreeMap<TagKey, TagRow> = BTreeMap::new();
         for s in &sources {
             for r in &s.tags {
-                let e = by
-                    .entry((r.job, r.stage.clone(), r.partition))
-                    .or_insert_with(|| TagRow {
-                        peak_live: At { bytes: 0, time_s: 0.0 },
-                        peak_tracked_bytes: 0,
-                        live_end_bytes: 0,
-                        live_end_stderr_bytes: 0,
-                        allocated_bytes: 0,
-                        allocations: 0,
-                        external_bytes: 0,
-                        ..r.clone()
-                    });
+                let key = TagKey {
+                    job: r.job,
+                    stage: r.stage.clone(),
+                    partition: r.partition,
+                };
+                let e = by.entry(key).or_insert_with(|| TagRow {
+                    peak_live: At { bytes: 0, time_s: 0.0 },
+                    peak_tracked_bytes: 0,
+                    live_end_bytes: 0,
+                    live_end_stderr_bytes: 0,
+                    allocated_bytes: 0,
+                    allocations: 0,
+                    external_bytes: 0,
+                    ..r.clone()
+                });
                 e.peak_live.bytes += r.peak_live.bytes;
                 e.peak_tracked_bytes += r.peak_tracked_bytes;
                 e.live_end_bytes += r.live_end_bytes;
