@@ -43,6 +43,8 @@ pub struct Group {
     pub stages: Vec<String>,
     /// Stages holding a copy at the moment of most copies.
     pub stages_at_max: Vec<String>,
+    /// Per stage: the most copies alive at a moment when that stage held one.
+    pub copies_by_stage: BTreeMap<String, u64>,
     /// Call site of the first block.
     pub site: String,
 }
@@ -65,7 +67,8 @@ pub struct Verdict {
     pub verdict: String,
     /// Most copies of one content alive at once (1 when shared once).
     pub copies: u64,
-    /// Sum over duplicated groups of `(copies - 1) x size`.
+    /// Sum over the stage's duplicated contents of `(copies - 1) x size`,
+    /// counting the copies alive while the stage held one.
     pub wasted_bytes: u64,
     /// Distinct contents (groups) the stage allocated.
     pub contents: u64,
@@ -93,18 +96,35 @@ fn stage_of(k: &TagKey) -> String {
 }
 
 /// Most copies alive at once: (copies, first time reached, when it ended,
-/// the intervals alive then).
-fn sweep<'a>(items: &[&'a Interval], end_of_log: u64) -> (u64, u64, Option<u64>, Vec<&'a Interval>) {
-    // (time, +1 / -1); frees sort before allocations at the same instant.
-    let mut ev: Vec<(u64, i8)> = Vec::with_capacity(items.len() * 2);
-    for i in items {
-        ev.push((i.start, 1));
-        ev.push((i.end.unwrap_or(u64::MAX), -1));
+/// the intervals alive then, and per stage the most copies alive while that
+/// stage held one).
+fn sweep<'a>(
+    items: &[&'a Interval],
+    stages: &[String],
+    end_of_log: u64,
+) -> (u64, u64, Option<u64>, Vec<&'a Interval>, BTreeMap<String, u64>) {
+    // (time, +1 / -1, item); frees sort before allocations at the same instant.
+    let mut ev: Vec<(u64, i8, usize)> = Vec::with_capacity(items.len() * 2);
+    for (k, i) in items.iter().enumerate() {
+        ev.push((i.start, 1, k));
+        ev.push((i.end.unwrap_or(u64::MAX), -1, k));
     }
     ev.sort();
+    let mut held: BTreeMap<&str, i64> = BTreeMap::new();
+    let mut by_stage: BTreeMap<String, u64> = BTreeMap::new();
     let (mut cur, mut best, mut best_t, mut until) = (0i64, 0i64, 0u64, None);
-    for &(t, d) in &ev {
+    for (n, &(t, d, k)) in ev.iter().enumerate() {
         cur += i64::from(d);
+        *held.entry(stages[k].as_str()).or_default() += i64::from(d);
+        // Judge a moment once all events at the same instant are applied.
+        if ev.get(n + 1).is_none_or(|next| next.0 != t) {
+            for (st, &c) in &held {
+                if c > 0 {
+                    let e = by_stage.entry((*st).to_string()).or_default();
+                    *e = (*e).max(cur as u64);
+                }
+            }
+        }
         if cur > best {
             best = cur;
             best_t = t;
@@ -120,7 +140,7 @@ fn sweep<'a>(items: &[&'a Interval], end_of_log: u64) -> (u64, u64, Option<u64>,
         .copied()
         .filter(|i| i.start <= best_t && i.end.is_none_or(|e| e > best_t))
         .collect();
-    (best.max(0) as u64, best_t, until, alive)
+    (best.max(0) as u64, best_t, until, alive, by_stage)
 }
 
 fn secs(ns: u64) -> f64 {
@@ -148,7 +168,8 @@ pub fn analyze(m: &Model) -> Dups {
     }
     let mut groups: Vec<Group> = Vec::new();
     let mut make = |items: Vec<&Interval>, hash: Option<u64>| {
-        let (copies, from, until, alive) = sweep(&items, m.end_ns);
+        let item_stages: Vec<String> = items.iter().map(|i| stage_of(&m.tag(i.tag))).collect();
+        let (copies, from, until, alive, copies_by_stage) = sweep(&items, &item_stages, m.end_ns);
         let mut holders: BTreeMap<String, u64> = BTreeMap::new();
         for i in &alive {
             *holders.entry(m.tag(i.tag).to_string()).or_default() += 1;
@@ -172,6 +193,7 @@ pub fn analyze(m: &Model) -> Dups {
                 .collect(),
             stages: stages.into_iter().collect(),
             stages_at_max: stages_at_max.into_iter().collect(),
+            copies_by_stage,
             site: site_name(m, items[0].stack),
         });
     };
@@ -199,11 +221,12 @@ pub fn analyze(m: &Model) -> Dups {
                 suspected: false,
             });
             v.contents += 1;
-            // A stage shares in a duplicate only if it held a copy when the
-            // most copies were alive (a later, lone copy is not a duplicate).
-            if g.copies > 1 && g.stages_at_max.contains(s) {
-                v.copies = v.copies.max(g.copies);
-                v.wasted_bytes += g.wasted_bytes;
+            // A stage shares in a duplicate only at moments when it held a
+            // copy itself (a later, lone copy is not a duplicate).
+            let copies = g.copies_by_stage.get(s).copied().unwrap_or(1);
+            if copies > 1 {
+                v.copies = v.copies.max(copies);
+                v.wasted_bytes += (copies - 1) * g.size_bytes;
                 v.suspected |= g.suspected;
             }
         }

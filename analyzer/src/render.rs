@@ -43,16 +43,23 @@ fn sbytes(b: i64) -> String {
     }
 }
 
-/// A table: header and rows; columns after the first are right-aligned.
+/// A table: header and rows. Numbers are right-aligned; the first column
+/// and columns whose header starts with `<` (text) are left-aligned.
 struct Table {
     head: Vec<String>,
+    left: Vec<bool>,
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
     fn new(head: &[&str]) -> Table {
         Table {
-            head: head.iter().map(|s| s.to_string()).collect(),
+            head: head.iter().map(|s| s.trim_start_matches('<').to_string()).collect(),
+            left: head
+                .iter()
+                .enumerate()
+                .map(|(i, s)| i == 0 || s.starts_with('<'))
+                .collect(),
             rows: Vec::new(),
         }
     }
@@ -89,11 +96,13 @@ impl Table {
                     let mut s = String::new();
                     for (i, c) in cells.iter().enumerate() {
                         let pad = w[i] - c.chars().count();
-                        if i == 0 {
+                        if i > 0 {
+                            s.push_str("  ");
+                        }
+                        if self.left[i] {
                             s.push_str(c);
                             s.push_str(&" ".repeat(pad));
                         } else {
-                            s.push_str("  ");
                             s.push_str(&" ".repeat(pad));
                             s.push_str(c);
                         }
@@ -178,22 +187,22 @@ pub fn report(r: &Report, f: Format, out: &mut dyn Write) -> io::Result<()> {
     heading(f, out, 1, "heaptag report")?;
     for s in &r.sources {
         source(f, out, &s.source)?;
+        let bullet = if f == Format::Markdown { "- " } else { "" };
         writeln!(out)?;
-        if let Some(p) = &s.peak_rss {
-            writeln!(out, "peak RSS:        {}", at(p))?;
-        } else {
-            writeln!(out, "peak RSS:        not sampled")?;
+        match &s.peak_rss {
+            Some(p) => writeln!(out, "{bullet}peak RSS:        {}", at(p))?,
+            None => writeln!(out, "{bullet}peak RSS:        not sampled")?,
         }
-        writeln!(out, "peak attributed: {}", at(&s.peak_attributed))?;
-        writeln!(out, "heaptag's own:   {}", bytes(s.heaptag_overhead_bytes))?;
+        writeln!(out, "{bullet}peak attributed: {}", at(&s.peak_attributed))?;
+        writeln!(out, "{bullet}heaptag's own:   {}", bytes(s.heaptag_overhead_bytes))?;
         for (t, l) in &s.marks {
-            writeln!(out, "mark:            {t:.3} s  {l}")?;
+            writeln!(out, "{bullet}mark:            {t:.3} s  {l}")?;
         }
         heading(f, out, 3, "Per tag")?;
         tag_table(&s.tags, f, out)?;
         if let Some(d) = &s.decomposition {
             heading(f, out, 3, &format!("RSS at its peak ({:.3} s), taken apart", d.time_s))?;
-            let mut t = Table::new(&["part", "bytes", "how known"]);
+            let mut t = Table::new(&["part", "bytes", "<how known"]);
             t.row(vec!["RSS (VmRSS)".into(), bytes(d.rss_bytes), "sampled".into()]);
             t.row(vec![
                 "tracked blocks (>= threshold)".into(),
@@ -236,6 +245,13 @@ pub fn report(r: &Report, f: Format, out: &mut dyn Write) -> io::Result<()> {
                 "counted".into(),
             ]);
             t.write(f, out)?;
+            if d.outside_jemalloc_bytes.is_some_and(|b| b < 0) {
+                writeln!(
+                    out,
+                    "note: negative: jemalloc's `resident` is an upper bound (it counts pages it mapped but the \
+                     program never touched)"
+                )?;
+            }
             if d.unprefixed_jemalloc {
                 writeln!(
                     out,
@@ -270,7 +286,11 @@ fn tag_table(rows: &[crate::report::TagRow], f: Format, out: &mut dyn Write) -> 
         t.row(vec![
             r.tag.clone(),
             bytes(r.peak_live.bytes),
-            format!("{:.3} s", r.peak_live.time_s),
+            if r.peak_live.bytes == 0 {
+                "-".into()
+            } else {
+                format!("{:.3} s", r.peak_live.time_s)
+            },
             end,
             bytes(r.allocated_bytes),
             r.allocations.to_string(),
@@ -352,7 +372,7 @@ pub fn dups(d: &DupsReport, f: Format, out: &mut dyn Write) -> io::Result<()> {
             )?;
         }
         heading(f, out, 3, "Verdict per stage")?;
-        let mut t = Table::new(&["stage", "verdict", "wasted", "contents"]);
+        let mut t = Table::new(&["stage", "<verdict", "wasted", "contents"]);
         for v in &x.verdicts {
             let verdict = if v.copies > 1 {
                 format!("{} x{}", v.verdict, v.copies)
@@ -376,7 +396,7 @@ pub fn dups(d: &DupsReport, f: Format, out: &mut dyn Write) -> io::Result<()> {
         }
         if !x.duplicated.is_empty() {
             heading(f, out, 3, "Duplicated contents")?;
-            let mut t = Table::new(&["content", "size", "copies", "wasted", "when", "held by", "site"]);
+            let mut t = Table::new(&["content", "size", "copies", "wasted", "<when", "<held by", "<site"]);
             for g in &x.duplicated {
                 let when = match g.until_s {
                     Some(u) => format!("{:.3}-{:.3} s (transient)", g.from_s, u),
@@ -394,9 +414,7 @@ pub fn dups(d: &DupsReport, f: Format, out: &mut dyn Write) -> io::Result<()> {
                     })
                     .collect();
                 t.row(vec![
-                    g.hash
-                        .clone()
-                        .map_or_else(|| "suspected (site+size)".into(), |h| h[..8].to_string()),
+                    g.hash.clone().unwrap_or_else(|| "suspected (site+size)".into()),
                     bytes(g.size_bytes),
                     g.copies.to_string(),
                     bytes(g.wasted_bytes),
@@ -424,7 +442,7 @@ pub fn sites(s: &Sites, f: Format, out: &mut dyn Write) -> io::Result<()> {
             ("By bytes allocated", &sec.by_allocated),
         ] {
             heading(f, out, 3, title)?;
-            let mut t = Table::new(&["call site", "peak live", "allocated", "allocations", "tags"]);
+            let mut t = Table::new(&["call site", "peak live", "allocated", "allocations", "<tags"]);
             for r in rows {
                 let mut tags = r.tags.iter().take(3).cloned().collect::<Vec<_>>().join(", ");
                 if r.tags.len() > 3 {
@@ -446,10 +464,14 @@ pub fn sites(s: &Sites, f: Format, out: &mut dyn Write) -> io::Result<()> {
 
 const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 
-/// Resamples `v` to `width` columns, keeping each column's maximum.
+/// Resamples `v` to `width` columns: each column is the maximum of the
+/// samples it covers, or (fewer samples than columns) the sample under it.
 fn columns(v: &[u64], width: usize) -> Vec<u64> {
+    if v.is_empty() {
+        return Vec::new();
+    }
     if v.len() <= width {
-        return v.to_vec();
+        return (0..width).map(|c| v[c * v.len() / width]).collect();
     }
     (0..width)
         .map(|c| {
@@ -553,6 +575,6 @@ mod tests {
     #[test]
     fn columns_keep_maxima() {
         assert_eq!(columns(&[1, 5, 2, 2, 9, 0], 3), vec![5, 2, 9]);
-        assert_eq!(columns(&[1, 2], 5), vec![1, 2]);
+        assert_eq!(columns(&[1, 2], 4), vec![1, 1, 2, 2]);
     }
 }

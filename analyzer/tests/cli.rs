@@ -1,5 +1,7 @@
-//! The `heaptag` binary's surface: usage errors and not-yet-available commands
-//! get a clear line and their documented exit code.
+//! The `heaptag` binary: exit codes and one-line errors for bad input;
+//! warnings (with byte offsets) for damaged logs that can still be read.
+
+mod common;
 
 use std::process::Command;
 
@@ -13,29 +15,98 @@ fn heaptag(args: &[&str]) -> (i32, String, String) {
 }
 
 #[test]
-fn help_lists_the_commands() {
+fn help_lists_the_commands_with_examples() {
     let (code, stdout, _) = heaptag(&["--help"]);
     assert_eq!(code, 0);
-    for cmd in ["report", "peak", "dups"] {
+    for cmd in ["report", "peak", "dups", "sites", "timeline", "dump"] {
         assert!(stdout.contains(cmd), "{stdout}");
     }
-}
-
-#[test]
-fn report_says_it_is_not_available_yet_with_exit_3() {
-    let (code, _, stderr) = heaptag(&["report", "run.htlog"]);
-    assert_eq!(code, 3);
-    assert!(
-        stderr.starts_with("heaptag: `heaptag report` needs the event log"),
-        "{stderr}"
-    );
-    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    let (code, stdout, _) = heaptag(&["dups", "--help"]);
+    assert_eq!(code, 0);
+    assert!(stdout.contains("Example: heaptag dups"), "{stdout}");
 }
 
 #[test]
 fn bad_usage_exits_2() {
-    let (code, _, stderr) = heaptag(&["report"]);
-    assert_eq!(code, 2, "{stderr}");
-    let (code, _, _) = heaptag(&["frobnicate"]);
+    assert_eq!(heaptag(&["report"]).0, 2);
+    assert_eq!(heaptag(&["frobnicate"]).0, 2);
+    assert_eq!(heaptag(&["report", "--format", "yaml", "x"]).0, 2);
+}
+
+#[test]
+fn unreadable_logs_get_one_line_and_exit_2() {
+    let (code, _, stderr) = heaptag(&["report", "/nonexistent/run.htlog"]);
     assert_eq!(code, 2);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("heaptag: /nonexistent/run.htlog: cannot read the log"),
+        "{stderr}"
+    );
+
+    let not_log = common::temp("not-a-log");
+    std::fs::write(&not_log, b"this is a text file, not a log\n").unwrap();
+    let (code, _, stderr) = heaptag(&["dups", not_log.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("not a heaptag log"), "{stderr}");
+
+    let newer = common::temp("newer");
+    let mut b = common::LogBuilder::new().bytes();
+    b[8] = 2;
+    std::fs::write(&newer, b).unwrap();
+    let (code, _, stderr) = heaptag(&["peak", newer.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("version 2 is newer") && stderr.contains("upgrade heaptag"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn truncated_and_corrupt_logs_are_read_with_warnings() {
+    let full = common::temp("full");
+    common::prover_log(&full);
+    let bytes = std::fs::read(&full).unwrap();
+
+    let cut = common::temp("cut");
+    std::fs::write(&cut, &bytes[..bytes.len() - 10]).unwrap();
+    let (code, stdout, stderr) = heaptag(&["report", cut.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains("warning") && stderr.contains("truncated at byte"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("WARNING: log truncated at byte"), "{stdout}");
+    assert!(stdout.contains("no end record"), "{stdout}");
+
+    // Flip a byte inside the third frame's payload.
+    let mut bad = bytes.clone();
+    let frames: Vec<usize> = bad
+        .windows(4)
+        .enumerate()
+        .filter(|(_, w)| *w == b"HTFR")
+        .map(|(i, _)| i)
+        .collect();
+    bad[frames[3] + 20] ^= 0x55;
+    let corrupt = common::temp("corrupt");
+    std::fs::write(&corrupt, &bad).unwrap();
+    let (code, stdout, stderr) = heaptag(&["report", corrupt.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains(&format!("corrupt frame at byte {}", frames[3])),
+        "the warning names the offset: {stderr}"
+    );
+    assert!(stdout.contains("peak RSS"), "the rest is still reported: {stdout}");
+}
+
+#[test]
+fn closed_stdout_is_not_an_error() {
+    let full = common::temp("pipe");
+    common::prover_log(&full);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_heaptag"))
+        .args(["dump", "--records", full.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // the reader goes away at once
+    assert!(child.wait().unwrap().success());
 }

@@ -1,0 +1,198 @@
+//! Golden tests: each subcommand's output on a deterministic log (written by
+//! `common::prover_log`) is compared with `tests/golden/*`. After an intended
+//! change, regenerate with `HEAPTAG_BLESS=1 cargo test -p heaptag-analyzer`
+//! and review the diff.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use heaptag_analyzer::{run, By, Command, Format};
+
+/// Runs `cmd`; the temp path becomes `<LOG>` and heading underlines (whose
+/// length follows the path) a fixed `---`.
+fn render(cmd: Command, log: &Path) -> String {
+    let mut out = Vec::new();
+    run(&cmd, &mut out).unwrap();
+    let text = String::from_utf8(out)
+        .unwrap()
+        .replace(&log.display().to_string(), "<LOG>");
+    text.lines()
+        .map(|l| {
+            if !l.is_empty() && l.chars().all(|c| c == '-') {
+                "---"
+            } else {
+                l
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+        + "\n"
+}
+
+fn golden(name: &str, got: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("HEAPTAG_BLESS").is_some() {
+        std::fs::write(&path, got).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run with HEAPTAG_BLESS=1 to create it)", path.display()));
+    if want != got {
+        panic!(
+            "{name} differs from {}:\n--- want\n{want}\n--- got\n{got}\n(HEAPTAG_BLESS=1 regenerates it)",
+            path.display()
+        );
+    }
+}
+
+fn log(name: &str) -> PathBuf {
+    let p = common::temp(name);
+    common::prover_log(&p);
+    p
+}
+
+#[test]
+fn report_text_markdown_json() {
+    let p = log("report");
+    let logs = vec![p.clone()];
+    golden(
+        "report.txt",
+        &render(
+            Command::Report {
+                logs: logs.clone(),
+                format: Format::Text,
+            },
+            &p,
+        ),
+    );
+    golden(
+        "report.md",
+        &render(
+            Command::Report {
+                logs: logs.clone(),
+                format: Format::Markdown,
+            },
+            &p,
+        ),
+    );
+    golden(
+        "report.json",
+        &render(
+            Command::Report {
+                logs,
+                format: Format::Json,
+            },
+            &p,
+        ),
+    );
+}
+
+#[test]
+fn peak_text() {
+    let p = log("peak");
+    golden(
+        "peak.txt",
+        &render(
+            Command::Peak {
+                logs: vec![p.clone()],
+                format: Format::Text,
+                top: 5,
+            },
+            &p,
+        ),
+    );
+}
+
+#[test]
+fn dups_text_and_json() {
+    let p = log("dups");
+    golden(
+        "dups.txt",
+        &render(
+            Command::Dups {
+                logs: vec![p.clone()],
+                format: Format::Text,
+            },
+            &p,
+        ),
+    );
+    golden(
+        "dups.json",
+        &render(
+            Command::Dups {
+                logs: vec![p.clone()],
+                format: Format::Json,
+            },
+            &p,
+        ),
+    );
+}
+
+#[test]
+fn sites_text() {
+    let p = log("sites");
+    golden(
+        "sites.txt",
+        &render(
+            Command::Sites {
+                logs: vec![p.clone()],
+                format: Format::Text,
+                top: 5,
+            },
+            &p,
+        ),
+    );
+}
+
+#[test]
+fn timeline_chart_and_csv() {
+    let p = log("timeline");
+    let logs = vec![p.clone()];
+    golden(
+        "timeline.txt",
+        &render(
+            Command::Timeline {
+                logs: logs.clone(),
+                format: Format::Text,
+                by: By::Stage,
+                csv: false,
+            },
+            &p,
+        ),
+    );
+    golden(
+        "timeline_partition.csv",
+        &render(
+            Command::Timeline {
+                logs,
+                format: Format::Text,
+                by: By::Partition,
+                csv: true,
+            },
+            &p,
+        ),
+    );
+}
+
+#[test]
+fn two_logs_get_a_section_each_and_a_combined_table() {
+    let a = log("multi-a");
+    let b = log("multi-b");
+    let mut out = Vec::new();
+    run(
+        &Command::Report {
+            logs: vec![a, b],
+            format: Format::Json,
+        },
+        &mut out,
+    )
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["sources"].as_array().unwrap().len(), 2);
+    let combined = v["combined"].as_array().unwrap();
+    let pce = combined.iter().find(|r| r["stage"] == "pce_load").unwrap();
+    assert_eq!(pce["live_end_bytes"], 2 * 16 * common::MIB, "summed over both logs");
+}
