@@ -14,9 +14,11 @@
 //!
 //! `--pce per-partition` (each partition builds its own copy) and `--pce
 //! cloned` (each partition clones the cached one) reproduce the two bugs the
-//! report must catch. At the end the example prints heaptag's per-tag table
-//! and how many PCE-sized copies were alive at once, measured in-process by a
-//! monitor thread reading `heaptag::snapshot()`.
+//! report must catch. The run writes an event log (`--log`, default
+//! `pce_pipeline-<pid>.htlog` in the current directory). At the end the
+//! example prints how many PCE-sized copies were alive at once (measured
+//! in-process by a monitor thread reading `heaptag::snapshot()`), then runs
+//! the analyzer on its own log: `heaptag report` and `heaptag dups`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -70,6 +72,8 @@ struct Args {
     partitions: u32,
     pce_mib: usize,
     hold_baseline: bool,
+    log: Option<String>,
+    quiet: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -79,6 +83,8 @@ fn parse_args() -> Result<Args, String> {
         partitions: 4,
         pce_mib: 64,
         hold_baseline: false,
+        log: Some("pce_pipeline-%p.htlog".into()),
+        quiet: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -96,10 +102,13 @@ fn parse_args() -> Result<Args, String> {
             "--partitions" => a.partitions = num(&value("--partitions")?, "--partitions")?,
             "--pce-mib" => a.pce_mib = num(&value("--pce-mib")?, "--pce-mib")?,
             "--hold-baseline" => a.hold_baseline = true,
+            "--log" => a.log = Some(value("--log")?),
+            "--no-log" => a.log = None,
+            "--quiet" => a.quiet = true,
             "-h" | "--help" => {
                 println!(
-                    "usage: pce_pipeline [--pce shared|per-partition|cloned] [--jobs J] \
-                     [--partitions N] [--pce-mib M] [--hold-baseline]"
+                    "usage: pce_pipeline [--pce shared|per-partition|cloned] [--jobs J] [--partitions N] \
+                     [--pce-mib M] [--hold-baseline] [--log PATH (default pce_pipeline-%p.htlog) | --no-log] [--quiet]"
                 );
                 std::process::exit(0);
             }
@@ -250,6 +259,14 @@ fn main() {
         }
     };
     let started = std::time::Instant::now();
+    // The event log for the analyzer (unless HEAPTAG_LOG already started one).
+    if let Some(path) = &args.log {
+        if std::env::var_os("HEAPTAG_LOG").is_none() {
+            if let Err(e) = heaptag::LogConfig::new(path).start() {
+                eprintln!("pce_pipeline: no event log: {e}");
+            }
+        }
+    }
 
     // The monitor: the most PCE-stage bytes alive at one moment.
     let stop = Arc::new(AtomicBool::new(false));
@@ -332,23 +349,6 @@ fn main() {
     );
     println!();
     println!(
-        "{:<44} {:>11} {:>11} {:>11} {:>10}",
-        "tag", "peak live", "live at end", "allocated", "allocs"
-    );
-    let mut rows: Vec<_> = snap.tags.iter().filter(|t| t.alloc_count > 0).collect();
-    rows.sort_by(|a, b| (a.tag.job, a.tag.stage, a.tag.partition).cmp(&(b.tag.job, b.tag.stage, b.tag.partition)));
-    for t in rows {
-        println!(
-            "{:<44} {:>11} {:>11} {:>11} {:>10}",
-            t.tag.to_string(),
-            gib(t.peak_live_bytes),
-            gib(t.live_bytes),
-            gib(t.alloc_bytes),
-            t.alloc_count
-        );
-    }
-    println!();
-    println!(
         "process: live {} (tracked {}), allocated {}, heaptag's own memory {}",
         gib(snap.totals.live_bytes),
         gib(snap.totals.tracked_live_bytes),
@@ -369,4 +369,33 @@ fn main() {
         gib(pce_peak),
         copies
     );
+
+    // The analyzer on the log just written: the report and the verdict by content.
+    let Some(log) = heaptag::finish() else { return };
+    println!(
+        "\nevent log: {} ({}, {} events, {} dropped)",
+        log.path.display(),
+        gib(log.bytes),
+        log.events,
+        log.dropped
+    );
+    let logs = vec![log.path.clone()];
+    let mut out = std::io::stdout().lock();
+    let commands = [
+        heaptag_analyzer::Command::Report {
+            logs: logs.clone(),
+            format: heaptag_analyzer::Format::Text,
+        },
+        heaptag_analyzer::Command::Dups {
+            logs: logs.clone(),
+            format: heaptag_analyzer::Format::Text,
+        },
+    ];
+    for cmd in commands.iter().skip(usize::from(args.quiet)) {
+        if let Err(e) = heaptag_analyzer::run(cmd, &mut out) {
+            eprintln!("pce_pipeline: analyzer: {e}");
+        }
+    }
+    let p = log.path.display();
+    println!("\nmore: cargo run --release -p heaptag-analyzer -- {{report|peak|dups|sites|timeline}} {p}");
 }
