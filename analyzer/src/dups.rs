@@ -8,7 +8,7 @@
 //! finding is labelled "suspected": one site legitimately allocates distinct
 //! per-partition data of the same size.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use heaptag_format::Fill;
 use serde::Serialize;
@@ -91,7 +91,16 @@ pub struct Dups {
     pub fingerprint_min_bytes: u64,
 }
 
-fn stage_of(k: &TagKey) -> String {
+/// Stage name of each tag id, computed once (`untagged` without a stage).
+struct Stages(crate::model::FastMap<u32, String>);
+
+impl Stages {
+    fn of(&self, tag: u32) -> String {
+        self.0.get(&tag).cloned().unwrap_or_else(|| "untagged".into())
+    }
+}
+
+fn stage_name(k: &TagKey) -> String {
     k.stage.clone().unwrap_or_else(|| "untagged".into())
 }
 
@@ -149,33 +158,59 @@ fn secs(ns: u64) -> f64 {
 
 /// Groups the model's blocks and decides per stage.
 pub fn analyze(m: &Model) -> Dups {
-    let mut by_content: HashMap<(u64, u64), Vec<&Interval>> = HashMap::new();
-    let mut by_site: HashMap<(u32, u64), Vec<&Interval>> = HashMap::new();
+    let st = Stages(m.tags.iter().map(|(id, k)| (*id, stage_name(k))).collect());
+    // Group by sorting keys, not by a map of vectors: one 24-byte entry per
+    // block instead of a vector per content.
+    let mut by_content: Vec<(u64, u64, u32)> = Vec::new();
+    let mut by_site: Vec<(u64, u64, u32)> = Vec::new();
     let mut filled = 0u64;
     let mut fingerprinted_stages: BTreeSet<String> = BTreeSet::new();
-    for i in &m.intervals {
+    for (k, i) in m.intervals.iter().enumerate() {
         match i.fp {
             Some(fp) if fp.fill == Fill::Mixed => {
-                by_content.entry((i.size, fp.hash)).or_default().push(i);
-                fingerprinted_stages.insert(stage_of(&m.tag(i.tag)));
+                by_content.push((i.size, fp.hash, k as u32));
+                fingerprinted_stages.insert(st.of(i.tag));
             }
             Some(_) => {
                 filled += 1;
-                fingerprinted_stages.insert(stage_of(&m.tag(i.tag)));
+                fingerprinted_stages.insert(st.of(i.tag));
             }
-            None => by_site.entry((i.stack, i.size)).or_default().push(i),
+            None => by_site.push((i.size, u64::from(i.stack), k as u32)),
         }
     }
+    by_content.sort_unstable();
+    by_site.sort_unstable();
+    let runs = |keys: &[(u64, u64, u32)]| -> Vec<(u64, Vec<&Interval>)> {
+        keys.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1))
+            .map(|run| {
+                (
+                    run[0].1,
+                    run.iter().map(|&(_, _, k)| &m.intervals[k as usize]).collect(),
+                )
+            })
+            .collect()
+    };
     let mut groups: Vec<Group> = Vec::new();
+    // A content held by one block has one copy: no sweep, it only counts as
+    // a content of its stage (most large blocks of a run are like this).
+    let mut singles: BTreeMap<String, u64> = BTreeMap::new();
+    let mut content_runs = Vec::new();
+    for run in by_content.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
+        if run.len() == 1 {
+            *singles.entry(st.of(m.intervals[run[0].2 as usize].tag)).or_default() += 1;
+        } else {
+            content_runs.push(run);
+        }
+    }
     let mut make = |items: Vec<&Interval>, hash: Option<u64>| {
-        let item_stages: Vec<String> = items.iter().map(|i| stage_of(&m.tag(i.tag))).collect();
+        let item_stages: Vec<String> = items.iter().map(|i| st.of(i.tag)).collect();
         let (copies, from, until, alive, copies_by_stage) = sweep(&items, &item_stages, m.end_ns);
         let mut holders: BTreeMap<String, u64> = BTreeMap::new();
         for i in &alive {
             *holders.entry(m.tag(i.tag).to_string()).or_default() += 1;
         }
-        let stages: BTreeSet<String> = items.iter().map(|i| stage_of(&m.tag(i.tag))).collect();
-        let stages_at_max: BTreeSet<String> = alive.iter().map(|i| stage_of(&m.tag(i.tag))).collect();
+        let stages: BTreeSet<String> = items.iter().map(|i| st.of(i.tag)).collect();
+        let stages_at_max: BTreeSet<String> = alive.iter().map(|i| st.of(i.tag)).collect();
         let size = items[0].size;
         groups.push(Group {
             size_bytes: size,
@@ -197,19 +232,30 @@ pub fn analyze(m: &Model) -> Dups {
             site: site_name(m, items[0].stack),
         });
     };
-    for ((_, hash), items) in by_content {
-        make(items, Some(hash));
+    for run in content_runs {
+        let items: Vec<&Interval> = run.iter().map(|&(_, _, k)| &m.intervals[k as usize]).collect();
+        make(items, Some(run[0].1));
     }
-    for (_, items) in by_site {
+    for (_, items) in runs(&by_site) {
         // Site-and-size grouping only where no fingerprint speaks for the stage.
-        if items
-            .iter()
-            .all(|i| !fingerprinted_stages.contains(&stage_of(&m.tag(i.tag))))
-        {
+        if items.iter().all(|i| !fingerprinted_stages.contains(&st.of(i.tag))) {
             make(items, None);
         }
     }
     let mut verdicts: BTreeMap<String, Verdict> = BTreeMap::new();
+    for (stage, n) in singles {
+        verdicts.insert(
+            stage.clone(),
+            Verdict {
+                stage,
+                verdict: String::new(),
+                copies: 1,
+                wasted_bytes: 0,
+                contents: n,
+                suspected: false,
+            },
+        );
+    }
     for g in &groups {
         for s in &g.stages {
             let v = verdicts.entry(s.clone()).or_insert_with(|| Verdict {

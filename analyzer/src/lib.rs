@@ -122,8 +122,8 @@ pub struct Outcome {
     pub warnings: Vec<String>,
 }
 
-fn load_all(logs: &[PathBuf]) -> Result<Vec<Model>, Error> {
-    logs.iter().map(|p| Model::load(p)).collect()
+fn load_all(logs: &[PathBuf], peak: bool, intervals: bool) -> Result<Vec<Model>, Error> {
+    logs.iter().map(|p| Model::load(p, peak, intervals)).collect()
 }
 
 fn warnings(models: &[Model]) -> Vec<String> {
@@ -156,11 +156,11 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
             dump(log, *records, out)?;
             return Ok(Outcome::default());
         }
-        Command::Report { logs, .. }
-        | Command::Peak { logs, .. }
-        | Command::Dups { logs, .. }
-        | Command::Sites { logs, .. }
-        | Command::Timeline { logs, .. } => load_all(logs)?,
+        Command::Peak { logs, .. } => load_all(logs, true, false)?,
+        Command::Dups { logs, .. } => load_all(logs, false, true)?,
+        Command::Report { logs, .. } | Command::Sites { logs, .. } | Command::Timeline { logs, .. } => {
+            load_all(logs, false, false)?
+        }
     };
     match cmd {
         Command::Report { format, .. } => render::report(&report::report(&models), *format, out)?,

@@ -11,6 +11,44 @@ use heaptag_format::{Fill, Header, LogReader, Problem, Record};
 
 use crate::Error;
 
+/// A fast hasher for integer keys (addresses, ids): one multiply and a fold.
+/// The std SipHash made map lookups a third of the replay time.
+#[derive(Default, Clone, Copy)]
+pub struct FastHasher(u64);
+
+impl std::hash::Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 29)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+}
+
+/// Ids beyond this share one overflow slot (a damaged but checksummed log
+/// must not make the analyzer allocate gigabytes).
+const MAX_DENSE_ID: usize = 1 << 22;
+
+/// The entry for `id` in a dense per-id vector, growing it as needed.
+fn slot<T: Default>(v: &mut Vec<T>, id: u32) -> &mut T {
+    let i = (id as usize).min(MAX_DENSE_ID);
+    if i >= v.len() {
+        v.resize_with(i + 1, T::default);
+    }
+    &mut v[i]
+}
+
+/// A `HashMap` with [`FastHasher`].
+pub type FastMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FastHasher>>;
+
 /// A tag as the log defines it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub struct TagKey {
@@ -187,15 +225,15 @@ pub struct Model {
     /// Its header.
     pub header: Header,
     /// Tag definitions by id.
-    pub tags: HashMap<u32, TagKey>,
+    pub tags: FastMap<u32, TagKey>,
     /// Stack definitions.
-    pub stacks: HashMap<u32, Vec<u64>>,
+    pub stacks: FastMap<u32, Vec<u64>>,
     /// Resolved frames.
-    pub symbols: HashMap<u64, Sym>,
-    /// Per tag.
-    pub tag_acc: HashMap<u32, TagAcc>,
-    /// Per stack.
-    pub site_acc: HashMap<u32, SiteAcc>,
+    pub symbols: FastMap<u64, Sym>,
+    /// Per tag id (ids are dense: a vector, not a map; see `slot`).
+    pub tag_acc: Vec<TagAcc>,
+    /// Per stack id.
+    pub site_acc: Vec<SiteAcc>,
     /// Lifetimes of blocks of at least the fingerprint size (or fingerprinted).
     pub intervals: Vec<Interval>,
     /// Highest attributed (tracked + small estimate) and the record index, time.
@@ -233,12 +271,14 @@ pub struct Model {
     small: u64,
     small_var: f64,
     external: i64,
-    live: HashMap<u64, Block>,
-    moving: HashMap<(u32, u64), Block>,
-    samples: HashMap<u64, Sample>,
+    live: FastMap<u64, Block>,
+    moving: FastMap<(u32, u64), Block>,
+    samples: FastMap<u64, Sample>,
     last_rss: Option<u64>,
     last_je: Option<(u64, u64)>,
     peak_pending: bool,
+    /// Keep block lifetimes (only `heaptag dups` needs them).
+    want_intervals: bool,
 }
 
 /// Shows reading progress on stderr when it is a terminal.
@@ -274,19 +314,20 @@ impl Progress {
 }
 
 impl Model {
-    /// Reads the log at `path`: one pass for everything, and a second pass
-    /// that stops at the attributed peak to record what held it.
-    pub fn load(path: &Path) -> Result<Model, Error> {
-        let mut m = Model::pass(path, None)?;
+    /// Reads the log at `path` in one pass; with `peak`, a second pass stops
+    /// at the attributed peak to record what held it (`heaptag peak`); with
+    /// `intervals`, keeps the lifetime of every large block (`heaptag dups`).
+    pub fn load(path: &Path, peak: bool, intervals: bool) -> Result<Model, Error> {
+        let mut m = Model::pass(path, None, intervals)?;
         let (_, at, _) = m.attributed_peak;
-        if at > 0 {
-            let again = Model::pass(path, Some(at))?;
+        if peak && at > 0 {
+            let again = Model::pass(path, Some(at), false)?;
             m.attributed_composition = again.attributed_composition;
         }
         Ok(m)
     }
 
-    fn pass(path: &Path, stop_at: Option<u64>) -> Result<Model, Error> {
+    fn pass(path: &Path, stop_at: Option<u64>, want_intervals: bool) -> Result<Model, Error> {
         let mut r = LogReader::open(path).map_err(|source| Error::Read {
             path: path.to_path_buf(),
             source,
@@ -294,6 +335,7 @@ impl Model {
         let mut m = Model {
             path: path.to_path_buf(),
             header: r.header().clone(),
+            want_intervals,
             ..Model::default()
         };
         let mut progress = Progress::new(path, if stop_at.is_some() { "peak" } else { "replay" });
@@ -323,11 +365,29 @@ impl Model {
     }
 
     fn acc(&mut self, tag: u32) -> &mut TagAcc {
-        self.tag_acc.entry(tag).or_default()
+        slot(&mut self.tag_acc, tag)
     }
 
     fn site(&mut self, stack: u32) -> &mut SiteAcc {
-        self.site_acc.entry(stack).or_default()
+        slot(&mut self.site_acc, stack)
+    }
+
+    /// Tags that ever held or allocated anything, with their figures.
+    pub fn tags_used(&self) -> impl Iterator<Item = (u32, &TagAcc)> {
+        self.tag_acc
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.peak > 0 || a.alloc_count.unwrap_or(0) > 0 || a.external != 0 || a.tracked_count > 0)
+            .map(|(id, a)| (id as u32, a))
+    }
+
+    /// Stacks that allocated, with their figures.
+    pub fn sites_used(&self) -> impl Iterator<Item = (u32, &SiteAcc)> {
+        self.site_acc
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.alloc_count > 0)
+            .map(|(id, s)| (id as u32, s))
     }
 
     fn time(&mut self, t: u64) -> u64 {
@@ -384,7 +444,8 @@ impl Model {
     }
 
     fn keep_interval(&self, b: &Block) -> bool {
-        b.fp.is_some() || b.size >= self.header.settings.fingerprint_min.max(self.header.settings.threshold)
+        self.want_intervals
+            && (b.fp.is_some() || b.size >= self.header.settings.fingerprint_min.max(self.header.settings.threshold))
     }
 
     fn end_block(&mut self, b: Block, t: u64) {
@@ -596,7 +657,13 @@ impl Model {
                     self.rss_peak = Some(c);
                     self.peak_pending = true;
                 }
-                let per_tag: Vec<(u32, u64)> = self.tag_acc.iter().map(|(id, a)| (*id, a.tracked + a.small)).collect();
+                let per_tag: Vec<(u32, u64)> = self
+                    .tag_acc
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, a)| a.tracked + a.small > 0)
+                    .map(|(id, a)| (id as u32, a.tracked + a.small))
+                    .collect();
                 self.timeline.push((t, per_tag));
                 self.rss_series.push(vm_rss);
             }
@@ -632,15 +699,17 @@ impl Model {
         let mut per_tag: Vec<(u32, u64, u64, i64)> = self
             .tag_acc
             .iter()
+            .enumerate()
             .filter(|(_, a)| a.tracked + a.small > 0 || a.external != 0)
-            .map(|(id, a)| (*id, a.tracked, a.small, a.external))
+            .map(|(id, a)| (id as u32, a.tracked, a.small, a.external))
             .collect();
         per_tag.sort_by_key(|&(id, t, s, _)| (std::cmp::Reverse(t + s), id));
         let mut per_site: Vec<(u32, u64)> = self
             .site_acc
             .iter()
+            .enumerate()
             .filter(|(_, s)| s.live > 0)
-            .map(|(id, s)| (*id, s.live))
+            .map(|(id, s)| (id as u32, s.live))
             .collect();
         per_site.sort_by_key(|&(id, b)| (std::cmp::Reverse(b), id));
         Composition {
@@ -671,12 +740,11 @@ impl Model {
                 });
             }
         }
-        self.intervals.sort_by_key(|i| (i.start, i.tag));
     }
 
     /// Live bytes of each tag at the end (tracked exact + small estimate).
     pub fn live_at_end(&self, tag: u32) -> u64 {
-        self.tag_acc.get(&tag).map_or(0, |a| a.tracked + a.small)
+        self.tag_acc.get(tag as usize).map_or(0, |a| a.tracked + a.small)
     }
 
     /// Whether the log holds any fingerprints.

@@ -183,11 +183,9 @@ pub struct Report {
 
 fn tag_rows(m: &Model) -> Vec<TagRow> {
     let mut rows: Vec<(TagKey, TagRow)> = m
-        .tag_acc
-        .iter()
-        .filter(|(_, a)| a.peak > 0 || a.alloc_count.unwrap_or(0) > 0 || a.external != 0)
+        .tags_used()
         .map(|(id, a)| {
-            let k = m.tag(*id);
+            let k = m.tag(id);
             let row = TagRow {
                 tag: k.to_string(),
                 job: k.job,
@@ -455,8 +453,8 @@ pub fn sites(models: &[Model], top: usize) -> Sites {
             .iter()
             .map(|m| {
                 let mut merged: BTreeMap<String, SiteRow> = BTreeMap::new();
-                for (stack, s) in &m.site_acc {
-                    let name = site_name(m, *stack);
+                for (stack, s) in m.sites_used() {
+                    let name = site_name(m, stack);
                     let row = merged.entry(name.clone()).or_insert_with(|| SiteRow {
                         site: name,
                         peak_live: At { bytes: 0, time_s: 0.0 },

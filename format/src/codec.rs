@@ -78,11 +78,13 @@ impl<'a> Cursor<'a> {
     }
 
     /// True when every byte was read.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.pos >= self.buf.len()
     }
 
     /// File offset of the next byte.
+    #[inline]
     pub fn offset(&self) -> u64 {
         self.base + self.pos as u64
     }
@@ -95,6 +97,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Reads one byte.
+    #[inline]
     pub fn u8(&mut self) -> Result<u8, DecodeError> {
         let b = *self
             .buf
@@ -105,7 +108,19 @@ impl<'a> Cursor<'a> {
     }
 
     /// Reads a varint.
+    #[inline]
     pub fn varint(&mut self) -> Result<u64, DecodeError> {
+        // Most values fit in one byte.
+        if let Some(&b) = self.buf.get(self.pos) {
+            if b < 0x80 {
+                self.pos += 1;
+                return Ok(u64::from(b));
+            }
+        }
+        self.varint_long()
+    }
+
+    fn varint_long(&mut self) -> Result<u64, DecodeError> {
         let mut v: u64 = 0;
         for shift in (0..70).step_by(7) {
             let b = self.u8()?;
@@ -121,6 +136,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Reads a varint that must fit in a `u32`.
+    #[inline]
     pub fn varint32(&mut self) -> Result<u32, DecodeError> {
         let at = self.offset();
         u32::try_from(self.varint()?).map_err(|_| DecodeError {
@@ -130,11 +146,13 @@ impl<'a> Cursor<'a> {
     }
 
     /// Reads a zigzag varint.
+    #[inline]
     pub fn svarint(&mut self) -> Result<i64, DecodeError> {
         Ok(unzigzag(self.varint()?))
     }
 
     /// Reads an optional value written by [`put_opt`].
+    #[inline]
     pub fn opt(&mut self) -> Result<Option<u64>, DecodeError> {
         Ok(match self.varint()? {
             0 => None,

@@ -1,6 +1,5 @@
 //! Frames: how records are batched, checksummed and read back.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::fs::File;
 use std::io::{BufReader, ErrorKind, Read};
@@ -109,7 +108,11 @@ pub struct LogReader<R> {
     src: Src<R>,
     header: Header,
     offset: u64,
-    pending: VecDeque<Record>,
+    /// Next undecoded byte of the current frame's payload (`buf`).
+    pos: usize,
+    /// File offset of `buf[0]`.
+    frame_base: u64,
+    deltas: Deltas,
     problems: Vec<Problem>,
     ended: bool,
     done: bool,
@@ -155,7 +158,9 @@ impl<R: Read> LogReader<R> {
             },
             header,
             offset: (FIXED_LEN + len) as u64,
-            pending: VecDeque::new(),
+            pos: 0,
+            frame_base: 0,
+            deltas: Deltas::default(),
             problems: Vec::new(),
             ended: false,
             done: false,
@@ -190,7 +195,7 @@ impl<R: Read> LogReader<R> {
         (self.frames, self.payload_bytes)
     }
 
-    /// Reads the next intact frame's records into `pending`; false at the end.
+    /// Reads the next intact frame into `buf`; false at the end.
     fn next_frame(&mut self) -> bool {
         loop {
             let start = self.offset;
@@ -246,23 +251,10 @@ impl<R: Read> LogReader<R> {
             self.offset = start + (FRAME_HEADER_LEN + len) as u64;
             self.frames += 1;
             self.payload_bytes += len as u64;
-            let mut c = Cursor::new(&self.buf, start + FRAME_HEADER_LEN as u64);
-            let mut d = Deltas::default();
-            while !c.is_empty() {
-                match Record::decode(&mut d, &mut c) {
-                    Ok(r) => {
-                        if matches!(r, Record::End { .. }) {
-                            self.ended = true;
-                        }
-                        self.pending.push_back(r);
-                    }
-                    Err(e) => {
-                        let rest = self.offset - e.offset;
-                        self.problem(e.offset, ProblemKind::BadRecord(e.what), rest);
-                        break;
-                    }
-                }
-            }
+            // Records are decoded one at a time by `next`, from here.
+            self.pos = 0;
+            self.frame_base = start + FRAME_HEADER_LEN as u64;
+            self.deltas = Deltas::default();
             return true;
         }
     }
@@ -329,11 +321,28 @@ impl<R: Read> Iterator for LogReader<R> {
 
     fn next(&mut self) -> Option<Record> {
         loop {
-            if let Some(r) = self.pending.pop_front() {
-                return Some(r);
+            if self.pos < self.buf.len() {
+                let base = self.frame_base + self.pos as u64;
+                let mut c = Cursor::new(&self.buf[self.pos..], base);
+                match Record::decode(&mut self.deltas, &mut c) {
+                    Ok(r) => {
+                        self.pos += (c.offset() - base) as usize;
+                        if matches!(r, Record::End { .. }) {
+                            self.ended = true;
+                        }
+                        return Some(r);
+                    }
+                    Err(e) => {
+                        let rest = (self.buf.len() - self.pos) as u64;
+                        self.pos = self.buf.len();
+                        self.problem(e.offset, ProblemKind::BadRecord(e.what), rest);
+                    }
+                }
             }
             if self.done || !self.next_frame() {
                 self.done = true;
+                self.buf.clear();
+                self.pos = 0;
                 return None;
             }
         }

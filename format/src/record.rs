@@ -308,10 +308,12 @@ impl Deltas {
         put_varint(out, zigzag(a.wrapping_sub(self.addr) as i64));
         self.addr = a;
     }
+    #[inline]
     fn read_time(&mut self, c: &mut Cursor<'_>) -> Result<u64, DecodeError> {
         self.time = self.time.wrapping_add(c.svarint()? as u64);
         Ok(self.time)
     }
+    #[inline]
     fn read_addr(&mut self, c: &mut Cursor<'_>) -> Result<u64, DecodeError> {
         self.addr = self.addr.wrapping_add(c.svarint()? as u64);
         Ok(self.addr)
@@ -575,6 +577,7 @@ impl Record {
     }
 
     /// Reads one record from `c`, updating the frame's delta state.
+    #[inline]
     pub fn decode(d: &mut Deltas, c: &mut Cursor<'_>) -> Result<Record, DecodeError> {
         use kind::*;
         let at = c.offset();

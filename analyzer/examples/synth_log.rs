@@ -1,0 +1,182 @@
+//! Writes a synthetic heaptag log of N allocator events, for measuring the
+//! analyzer's throughput: `cargo run --release -p heaptag-analyzer --example
+//! synth_log -- /tmp/big.htlog 20000000`, then time `heaptag report` on it.
+//!
+//! Shape: 64 tags, 256 stacks, ~4,000 tracked blocks alive at a time
+//! (64 KiB-8 MiB), alloc/free pairs with ~10% sampled small blocks, a memory
+//! sample every 10,000 events, fingerprints at free for blocks >= 1 MiB.
+
+use std::io::Write;
+
+use heaptag_format::{encode_frame, Deltas, Fill, FpWhen, Header, LogSettings, Record};
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let path = args.next().expect("usage: synth_log PATH EVENTS");
+    let events: u64 = args.next().and_then(|n| n.parse().ok()).unwrap_or(1_000_000);
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).expect("create"));
+    let mut head = Vec::new();
+    Header {
+        version: heaptag_format::VERSION,
+        pid: 1,
+        exe: "/synthetic".into(),
+        heaptag_version: "synthetic".into(),
+        settings: LogSettings {
+            threshold: 65536,
+            sample_rate: 524288,
+            interval_ns: 100_000_000,
+            fingerprint_min: 1 << 20,
+            stack_depth: 32,
+            buffer_events: 32768,
+            ..LogSettings::default()
+        },
+        ..Header::default()
+    }
+    .encode(&mut head);
+    out.write_all(&head).unwrap();
+
+    let mut payload = Vec::new();
+    let mut d = Deltas::default();
+    let put = |r: Record, payload: &mut Vec<u8>, d: &mut Deltas, out: &mut std::io::BufWriter<std::fs::File>| {
+        r.encode(d, payload);
+        if payload.len() > 1 << 20 {
+            let mut frame = Vec::new();
+            encode_frame(payload, &mut frame);
+            out.write_all(&frame).unwrap();
+            payload.clear();
+            *d = Deltas::default();
+        }
+    };
+    for id in 0..64u32 {
+        put(
+            Record::TagDef {
+                id,
+                job: Some(u64::from(id / 16)),
+                stage: Some(
+                    ["pce_load", "synthesize_partition", "gpu_prove", "proof_assembly"][id as usize % 4].into(),
+                ),
+                partition: Some(id % 10),
+            },
+            &mut payload,
+            &mut d,
+            &mut out,
+        );
+    }
+    for id in 1..=256u32 {
+        let frames = (0..12)
+            .map(|k| 0x5500_0000 + u64::from(id) * 0x100 + k * 0x10_0000)
+            .collect();
+        put(Record::StackDef { id, frames }, &mut payload, &mut d, &mut out);
+    }
+    let mut x: u64 = 0x1234_5678;
+    let mut rnd = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    const SLOTS: usize = 4096;
+    let mut live: Vec<Option<(u64, u64)>> = vec![None; SLOTS];
+    let mut t = 0u64;
+    let mut n = 0u64;
+    while n < events {
+        t += 1000 + rnd() % 1000;
+        let slot = (rnd() as usize) % SLOTS;
+        let thread = (rnd() % 8) as u32;
+        if let Some((addr, size)) = live[slot].take() {
+            if size >= 1 << 20 {
+                put(
+                    Record::Fingerprint {
+                        time_ns: t,
+                        addr,
+                        size,
+                        hash: rnd(),
+                        full: false,
+                        fill: Fill::Mixed,
+                        when: FpWhen::Free,
+                    },
+                    &mut payload,
+                    &mut d,
+                    &mut out,
+                );
+            }
+            put(
+                Record::Free {
+                    time_ns: t,
+                    thread,
+                    addr,
+                    size,
+                },
+                &mut payload,
+                &mut d,
+                &mut out,
+            );
+        } else if rnd() % 10 == 0 {
+            let addr = 0x7f00_0000_0000 + (slot as u64) * 0x1000_0000 + 0x10;
+            put(
+                Record::SampleAlloc {
+                    time_ns: t,
+                    thread,
+                    tag: (rnd() % 64) as u32,
+                    stack: (rnd() % 256) as u32 + 1,
+                    addr,
+                    size: 64,
+                    weight: 524_320,
+                },
+                &mut payload,
+                &mut d,
+                &mut out,
+            );
+            put(
+                Record::SampleFree {
+                    time_ns: t + 10,
+                    thread,
+                    addr,
+                    size: 64,
+                },
+                &mut payload,
+                &mut d,
+                &mut out,
+            );
+            n += 1;
+        } else {
+            let addr = 0x7f00_0000_0000 + (slot as u64) * 0x1000_0000;
+            let size = 65536 << (rnd() % 8);
+            put(
+                Record::Alloc {
+                    time_ns: t,
+                    thread,
+                    tag: (rnd() % 64) as u32,
+                    stack: (rnd() % 256) as u32 + 1,
+                    addr,
+                    size,
+                },
+                &mut payload,
+                &mut d,
+                &mut out,
+            );
+            live[slot] = Some((addr, size));
+        }
+        n += 1;
+        if n % 10_000 == 0 {
+            put(
+                Record::Rss {
+                    time_ns: t,
+                    vm_rss: 8 << 30,
+                    vm_hwm: 8 << 30,
+                    rss_anon: 7 << 30,
+                    rss_file: 1 << 30,
+                },
+                &mut payload,
+                &mut d,
+                &mut out,
+            );
+        }
+    }
+    put(Record::End { time_ns: t, dropped: 0 }, &mut payload, &mut d, &mut out);
+    let mut frame = Vec::new();
+    encode_frame(&payload, &mut frame);
+    out.write_all(&frame).unwrap();
+    out.flush().unwrap();
+    eprintln!("{path}: {events} events");
+}
