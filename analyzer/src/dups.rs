@@ -45,6 +45,9 @@ pub struct Group {
     pub stages_at_max: Vec<String>,
     /// Per stage: the most copies alive at a moment when that stage held one.
     pub copies_by_stage: BTreeMap<String, u64>,
+    /// Per tag id: the most copies alive at a moment when that tag held one.
+    #[serde(skip)]
+    pub copies_by_tag: BTreeMap<u32, u64>,
     /// Call site of the first block.
     pub site: String,
 }
@@ -107,11 +110,19 @@ fn stage_name(k: &TagKey) -> String {
 /// Most copies alive at once: (copies, first time reached, when it ended,
 /// the intervals alive then, and per stage the most copies alive while that
 /// stage held one).
+#[allow(clippy::type_complexity)]
 fn sweep<'a>(
     items: &[&'a Interval],
     stages: &[String],
     end_of_log: u64,
-) -> (u64, u64, Option<u64>, Vec<&'a Interval>, BTreeMap<String, u64>) {
+) -> (
+    u64,
+    u64,
+    Option<u64>,
+    Vec<&'a Interval>,
+    BTreeMap<String, u64>,
+    BTreeMap<u32, u64>,
+) {
     // (time, +1 / -1, item); frees sort before allocations at the same instant.
     let mut ev: Vec<(u64, i8, usize)> = Vec::with_capacity(items.len() * 2);
     for (k, i) in items.iter().enumerate() {
@@ -120,16 +131,25 @@ fn sweep<'a>(
     }
     ev.sort();
     let mut held: BTreeMap<&str, i64> = BTreeMap::new();
+    let mut held_tag: BTreeMap<u32, i64> = BTreeMap::new();
     let mut by_stage: BTreeMap<String, u64> = BTreeMap::new();
+    let mut by_tag: BTreeMap<u32, u64> = BTreeMap::new();
     let (mut cur, mut best, mut best_t, mut until) = (0i64, 0i64, 0u64, None);
     for (n, &(t, d, k)) in ev.iter().enumerate() {
         cur += i64::from(d);
         *held.entry(stages[k].as_str()).or_default() += i64::from(d);
+        *held_tag.entry(items[k].tag).or_default() += i64::from(d);
         // Judge a moment once all events at the same instant are applied.
         if ev.get(n + 1).is_none_or(|next| next.0 != t) {
             for (st, &c) in &held {
                 if c > 0 {
                     let e = by_stage.entry((*st).to_string()).or_default();
+                    *e = (*e).max(cur as u64);
+                }
+            }
+            for (tag, &c) in &held_tag {
+                if c > 0 {
+                    let e = by_tag.entry(*tag).or_default();
                     *e = (*e).max(cur as u64);
                 }
             }
@@ -149,7 +169,7 @@ fn sweep<'a>(
         .copied()
         .filter(|i| i.start <= best_t && i.end.is_none_or(|e| e > best_t))
         .collect();
-    (best.max(0) as u64, best_t, until, alive, by_stage)
+    (best.max(0) as u64, best_t, until, alive, by_stage, by_tag)
 }
 
 fn secs(ns: u64) -> f64 {
@@ -204,7 +224,7 @@ pub fn analyze(m: &Model) -> Dups {
     }
     let mut make = |items: Vec<&Interval>, hash: Option<u64>| {
         let item_stages: Vec<String> = items.iter().map(|i| st.of(i.tag)).collect();
-        let (copies, from, until, alive, copies_by_stage) = sweep(&items, &item_stages, m.end_ns);
+        let (copies, from, until, alive, copies_by_stage, copies_by_tag) = sweep(&items, &item_stages, m.end_ns);
         let mut holders: BTreeMap<String, u64> = BTreeMap::new();
         for i in &alive {
             *holders.entry(m.tag(i.tag).to_string()).or_default() += 1;
@@ -229,6 +249,7 @@ pub fn analyze(m: &Model) -> Dups {
             stages: stages.into_iter().collect(),
             stages_at_max: stages_at_max.into_iter().collect(),
             copies_by_stage,
+            copies_by_tag,
             site: site_name(m, items[0].stack),
         });
     };

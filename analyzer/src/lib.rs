@@ -8,8 +8,10 @@
 //! The library never prints: [`run`] writes into any `io::Write`, so tests
 //! render into a `Vec<u8>`.
 
+pub mod check;
 pub mod dups;
 pub mod model;
+pub mod policy;
 pub mod render;
 pub mod report;
 pub mod sites;
@@ -73,6 +75,21 @@ pub enum Command {
         /// CSV instead of a chart.
         csv: bool,
     },
+    /// Enforce a policy: exit 1 when a rule is broken.
+    Check {
+        /// Logs to read.
+        logs: Vec<PathBuf>,
+        /// The policy file.
+        policy: PathBuf,
+        /// Figures of an earlier run (for `max_increase`).
+        baseline: Option<PathBuf>,
+        /// Write this run's figures here, for later `--baseline`.
+        write_baseline: Option<PathBuf>,
+        /// Output format.
+        format: Format,
+        /// JUnit XML instead of `format`.
+        junit: bool,
+    },
     /// What a log holds: header, record counts, damage.
     Dump {
         /// Log to read.
@@ -95,6 +112,10 @@ pub enum Error {
     },
     /// Writing the output failed.
     Output(io::Error),
+    /// The policy or baseline of `heaptag check` is wrong.
+    Check(check::CheckError),
+    /// The baseline could not be written.
+    WriteBaseline(PathBuf, io::Error),
 }
 
 impl fmt::Display for Error {
@@ -102,6 +123,8 @@ impl fmt::Display for Error {
         match self {
             Error::Read { path, source } => write!(f, "{}: {source}", path.display()),
             Error::Output(e) => write!(f, "cannot write the output: {e}"),
+            Error::Check(e) => write!(f, "{e}"),
+            Error::WriteBaseline(p, e) => write!(f, "{}: cannot write the baseline: {e}", p.display()),
         }
     }
 }
@@ -115,11 +138,13 @@ impl From<io::Error> for Error {
 }
 
 /// What a run produced besides its output: damage found in the logs, one
-/// line each (also inside the output).
+/// line each (also inside the output), and whether a check failed.
 #[derive(Debug, Default)]
 pub struct Outcome {
     /// Warnings about the inputs.
     pub warnings: Vec<String>,
+    /// `heaptag check` found a broken rule (exit code 1).
+    pub failed: bool,
 }
 
 fn load_all(logs: &[PathBuf], peak: bool, intervals: bool) -> Result<Vec<Model>, Error> {
@@ -156,6 +181,36 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
             dump(log, *records, out)?;
             return Ok(Outcome::default());
         }
+        Command::Check {
+            logs,
+            policy,
+            baseline,
+            write_baseline,
+            format,
+            junit,
+        } => {
+            // The policy first: a typo should not wait for a long log.
+            let policy = policy::Policy::load(policy).map_err(|e| Error::Check(check::CheckError::Policy(e)))?;
+            let baseline = baseline
+                .as_deref()
+                .map(check::read_baseline)
+                .transpose()
+                .map_err(Error::Check)?;
+            let models = load_all(logs, false, true)?;
+            let r = check::check(&policy, &models, baseline.as_ref()).map_err(Error::Check)?;
+            if let Some(path) = write_baseline {
+                let b = check::Baseline::of(&models);
+                let text = serde_json::to_string_pretty(&b)
+                    .map_err(io::Error::other)
+                    .map_err(Error::Output)?;
+                std::fs::write(path, text + "\n").map_err(|e| Error::WriteBaseline(path.clone(), e))?;
+            }
+            check::render(&r, *format, *junit, out)?;
+            return Ok(Outcome {
+                warnings: warnings(&models),
+                failed: r.failures > 0,
+            });
+        }
         Command::Peak { logs, .. } => load_all(logs, true, false)?,
         Command::Dups { logs, .. } => load_all(logs, false, true)?,
         Command::Report { logs, .. } | Command::Sites { logs, .. } | Command::Timeline { logs, .. } => {
@@ -175,10 +230,11 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
                 render::timeline(&t, *format, out)?
             }
         }
-        Command::Dump { .. } => unreachable!("handled above"),
+        Command::Dump { .. } | Command::Check { .. } => unreachable!("handled above"),
     }
     Ok(Outcome {
         warnings: warnings(&models),
+        failed: false,
     })
 }
 

@@ -1,9 +1,10 @@
 //! The `heaptag` command: parses arguments, calls the library, maps errors to
 //! exit codes. A closed stdout (`heaptag report x | head`) is success.
 //!
-//! Exit codes: 0 success (warnings about damaged logs go to stderr); 2 bad
-//! usage, or a log that cannot be read at all (missing, not a heaptag log,
-//! newer format, damaged header); 1 is reserved for `heaptag check` failures.
+//! Exit codes: 0 success (warnings about damaged logs go to stderr); 1 a
+//! `heaptag check` rule is broken; 2 bad usage, a bad policy or baseline, or
+//! a log that cannot be read at all (missing, not a heaptag log, newer
+//! format, damaged header).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -87,6 +88,28 @@ enum Cmd {
         #[arg(long)]
         csv: bool,
     },
+    /// Enforce a policy (heaptag.toml): exit 1 when any rule is broken,
+    /// printing each broken rule with its numbers, tags, call sites and line.
+    ///
+    /// Example: heaptag check --policy heaptag.toml run-*.htlog
+    ///          heaptag check --policy heaptag.toml --baseline main.json --format junit run.htlog > heaptag.xml
+    Check {
+        /// heaptag log files.
+        #[arg(required = true, value_name = "LOG")]
+        logs: Vec<PathBuf>,
+        /// The policy file (see docs/CI.md).
+        #[arg(long, value_name = "FILE")]
+        policy: PathBuf,
+        /// Figures of an earlier run, for max_increase rules.
+        #[arg(long, value_name = "FILE")]
+        baseline: Option<PathBuf>,
+        /// Write this run's figures, for a later --baseline.
+        #[arg(long, value_name = "FILE")]
+        write_baseline: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "text")]
+        format: CheckFormat,
+    },
     /// What a log holds: header, counts of each record kind, damage found.
     ///
     /// Example: heaptag dump run-1234.htlog
@@ -97,6 +120,15 @@ enum Cmd {
         #[arg(long)]
         records: bool,
     },
+}
+
+/// `heaptag check`'s formats: the report formats plus JUnit XML.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum CheckFormat {
+    Text,
+    Markdown,
+    Json,
+    Junit,
 }
 
 fn main() -> ExitCode {
@@ -127,6 +159,24 @@ fn main() -> ExitCode {
             csv,
         },
         Cmd::Dump { log, records } => Command::Dump { log, records },
+        Cmd::Check {
+            logs,
+            policy,
+            baseline,
+            write_baseline,
+            format,
+        } => Command::Check {
+            logs,
+            policy,
+            baseline,
+            write_baseline,
+            format: match format {
+                CheckFormat::Markdown => Format::Markdown,
+                CheckFormat::Json => Format::Json,
+                CheckFormat::Text | CheckFormat::Junit => Format::Text,
+            },
+            junit: matches!(format, CheckFormat::Junit),
+        },
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -135,7 +185,11 @@ fn main() -> ExitCode {
             for w in outcome.warnings {
                 eprintln!("heaptag: warning: {w}");
             }
-            ExitCode::SUCCESS
+            if outcome.failed {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
         }
         Err(Error::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
         Err(e) => {

@@ -1,0 +1,469 @@
+//! `heaptag check`: evaluates a policy's rules on loaded logs.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::dups;
+use crate::model::Model;
+use crate::policy::{Limit, Per, Policy, PolicyError, Rule};
+use crate::render::{bytes, Format};
+use crate::report::{self, SCHEMA_VERSION};
+use crate::sites::site_name;
+
+/// The outcome of one limit of one rule on one log.
+#[derive(Clone, Debug, Serialize)]
+pub struct Outcome {
+    /// The rule's name.
+    pub rule: String,
+    /// Line of the rule in the policy file.
+    pub line: usize,
+    /// The limit's key (`max_copies`, ...).
+    pub limit: String,
+    /// The log.
+    pub log: String,
+    /// The limit held.
+    pub passed: bool,
+    /// The limit, readable (`30.0 GiB`, `1 copy`).
+    pub allowed: String,
+    /// The worst value found, readable.
+    pub found: String,
+    /// What broke it: tags, call sites, contents, with numbers (empty when passed).
+    pub offenders: Vec<String>,
+}
+
+/// All outcomes.
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckReport {
+    /// JSON schema version.
+    pub schema_version: u32,
+    /// The policy file.
+    pub policy: String,
+    /// One entry per (rule, limit, log).
+    pub outcomes: Vec<Outcome>,
+    /// Number of broken limits.
+    pub failures: usize,
+}
+
+/// Peak figures of a run, to compare later runs against (`--write-baseline`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Baseline {
+    /// JSON schema version.
+    pub schema_version: u32,
+    /// Per tag (`job=1 stage=x partition=2`): peak live bytes, summed over logs.
+    pub peak_live_bytes: BTreeMap<String, u64>,
+    /// Highest RSS over the logs.
+    pub peak_rss_bytes: u64,
+}
+
+impl Baseline {
+    /// The baseline of these logs.
+    pub fn of(models: &[Model]) -> Baseline {
+        let r = report::report(models);
+        let mut b = Baseline {
+            schema_version: SCHEMA_VERSION,
+            ..Baseline::default()
+        };
+        for s in &r.sources {
+            for t in &s.tags {
+                *b.peak_live_bytes.entry(t.tag.clone()).or_default() += t.peak_live.bytes;
+            }
+            b.peak_rss_bytes = b.peak_rss_bytes.max(s.peak_rss.map_or(0, |p| p.bytes));
+        }
+        b
+    }
+}
+
+/// Why a check could not run (exit code 2).
+#[derive(Debug)]
+pub enum CheckError {
+    /// The policy is wrong.
+    Policy(PolicyError),
+    /// The baseline file is missing or wrong.
+    Baseline(String),
+}
+
+impl std::fmt::Display for CheckError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CheckError::Policy(e) => write!(f, "{e}"),
+            CheckError::Baseline(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// Reads a baseline written by `--write-baseline`.
+pub fn read_baseline(path: &Path) -> Result<Baseline, CheckError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CheckError::Baseline(format!("{}: cannot read the baseline: {e}", path.display())))?;
+    let b: Baseline = serde_json::from_str(&text).map_err(|e| {
+        CheckError::Baseline(format!(
+            "{}:{}: not a heaptag baseline: {e} (write one with --write-baseline)",
+            path.display(),
+            e.line()
+        ))
+    })?;
+    if b.schema_version > SCHEMA_VERSION {
+        return Err(CheckError::Baseline(format!(
+            "{}: baseline schema {} is newer than this heaptag ({SCHEMA_VERSION})",
+            path.display(),
+            b.schema_version
+        )));
+    }
+    Ok(b)
+}
+
+fn pct(now: u64, base: u64) -> f64 {
+    if base == 0 {
+        if now == 0 {
+            0.0
+        } else {
+            f64::INFINITY
+        }
+    } else {
+        (now as f64 - base as f64) * 100.0 / base as f64
+    }
+}
+
+/// Evaluates every rule of `policy` on every log.
+pub fn check(policy: &Policy, models: &[Model], baseline: Option<&Baseline>) -> Result<CheckReport, CheckError> {
+    let mut outcomes = Vec::new();
+    let dups: Vec<dups::Dups> = models.iter().map(dups::analyze).collect();
+    for rule in &policy.rules {
+        let mut selected_anything = rule.selector.is_all();
+        for (m, d) in models.iter().zip(&dups) {
+            let selected_tags: Vec<u32> = m
+                .tags_used()
+                .map(|(id, _)| id)
+                .filter(|id| rule.selector.matches_tag(&m.tag(*id)))
+                .collect();
+            let site_ok = rule.selector.site.is_none()
+                || m.sites_used()
+                    .any(|(stack, _)| rule.selector.matches_site(&site_name(m, stack)));
+            selected_anything |= !selected_tags.is_empty() && site_ok;
+            for limit in &rule.limits {
+                outcomes.push(evaluate(rule, limit, m, d, &selected_tags, baseline)?);
+            }
+        }
+        if policy.strict && !selected_anything {
+            return Err(CheckError::Policy(PolicyError {
+                file: policy.file.clone(),
+                line: rule.line,
+                key: None,
+                message: format!("rule {:?} selects nothing in these logs (strict = true)", rule.name),
+            }));
+        }
+    }
+    let failures = outcomes.iter().filter(|o| !o.passed).count();
+    Ok(CheckReport {
+        schema_version: SCHEMA_VERSION,
+        policy: policy.file.display().to_string(),
+        outcomes,
+        failures,
+    })
+}
+
+fn evaluate(
+    rule: &Rule,
+    limit: &Limit,
+    m: &Model,
+    d: &dups::Dups,
+    tags: &[u32],
+    baseline: Option<&Baseline>,
+) -> Result<Outcome, CheckError> {
+    let mut offenders = Vec::new();
+    let (allowed, found, passed) = match *limit {
+        Limit::MaxCopies(max) => {
+            let mut worst = 1u64;
+            for g in &d.duplicated {
+                if !rule.selector.matches_site(&g.site) {
+                    continue;
+                }
+                let copies = tags
+                    .iter()
+                    .filter_map(|t| g.copies_by_tag.get(t))
+                    .copied()
+                    .max()
+                    .unwrap_or(0);
+                worst = worst.max(copies);
+                if copies > max {
+                    let holders: Vec<String> = g.holders.iter().map(|h| h.tag.clone()).collect();
+                    offenders.push(format!(
+                        "{} copies of {} ({}) from {:.3} s{}: held by {}; allocated at {}",
+                        copies,
+                        g.hash.as_deref().unwrap_or("same site and size (suspected)"),
+                        bytes(g.size_bytes),
+                        g.from_s,
+                        g.until_s.map_or(String::new(), |u| format!(" to {u:.3} s")),
+                        holders.join(", "),
+                        g.site
+                    ));
+                }
+            }
+            (
+                format!("{max} cop{}", if max == 1 { "y" } else { "ies" }),
+                format!("{worst}"),
+                worst <= max,
+            )
+        }
+        Limit::MaxPeak(max, Per::Tag) => {
+            let mut worst = 0u64;
+            for &t in tags {
+                let a = &m.tag_acc[t as usize];
+                worst = worst.max(a.peak);
+                if a.peak > max {
+                    offenders.push(format!(
+                        "{}: peak {} at {:.3} s",
+                        m.tag(t),
+                        bytes(a.peak),
+                        a.peak_t as f64 / 1e9
+                    ));
+                }
+            }
+            if rule.selector.site.is_some() {
+                for (stack, s) in m.sites_used() {
+                    let name = site_name(m, stack);
+                    if rule.selector.matches_site(&name) && s.peak > max {
+                        worst = worst.max(s.peak);
+                        offenders.push(format!(
+                            "{name}: peak {} at {:.3} s",
+                            bytes(s.peak),
+                            s.peak_t as f64 / 1e9
+                        ));
+                    }
+                }
+            }
+            (bytes(max), bytes(worst), offenders.is_empty())
+        }
+        Limit::MaxPeak(max, Per::Group) => {
+            // Sum of the selected tags at each memory sample.
+            let mut worst = (0u64, 0u64);
+            for (t, per_tag) in &m.timeline {
+                let sum: u64 = per_tag.iter().filter(|(id, _)| tags.contains(id)).map(|(_, b)| b).sum();
+                if sum > worst.0 {
+                    worst = (sum, *t);
+                }
+            }
+            if worst.0 > max {
+                offenders.push(format!(
+                    "{} selected tags together held {} at {:.3} s (at the memory samples)",
+                    tags.len(),
+                    bytes(worst.0),
+                    worst.1 as f64 / 1e9
+                ));
+            }
+            (bytes(max), bytes(worst.0), worst.0 <= max)
+        }
+        Limit::MaxRss(max) => {
+            let peak = m.rss_peak.as_ref().and_then(|c| c.rss.map(|r| (r, c.time_ns)));
+            let v = peak.map_or(0, |p| p.0);
+            if let Some((r, t)) = peak.filter(|p| p.0 > max) {
+                offenders.push(format!(
+                    "RSS {} at {:.3} s; run `heaptag peak` for what held it",
+                    bytes(r),
+                    t as f64 / 1e9
+                ));
+            }
+            (bytes(max), peak.map_or("not sampled".into(), |p| bytes(p.0)), v <= max)
+        }
+        Limit::MaxOutsideJemalloc(max) => {
+            let v = m
+                .rss_peak
+                .as_ref()
+                .and_then(|c| Some(c.rss? as i64 - c.jemalloc?.1 as i64))
+                .unwrap_or(0);
+            if v > max as i64 {
+                offenders.push(format!(
+                    "{} of the RSS peak was outside jemalloc (C/C++ malloc, mmaps, pinned buffers, stacks)",
+                    bytes(v as u64)
+                ));
+            }
+            (bytes(max), bytes(v.max(0) as u64), v <= max as i64)
+        }
+        Limit::MaxUnattributed(max) => {
+            let untagged: Vec<u32> = m
+                .tags
+                .iter()
+                .filter(|(_, k)| **k == Default::default())
+                .map(|(id, _)| *id)
+                .collect();
+            let v: u64 = m.rss_peak.as_ref().map_or(0, |c| {
+                c.per_tag
+                    .iter()
+                    .filter(|(id, ..)| untagged.contains(id))
+                    .map(|&(_, t, s, _)| t + s)
+                    .sum()
+            });
+            if v > max {
+                offenders.push(format!("untagged blocks held {} at the RSS peak", bytes(v)));
+            }
+            (bytes(max), bytes(v), v <= max)
+        }
+        Limit::MaxDroppedEvents(max) => {
+            if m.dropped > max {
+                offenders.push(format!("{} events dropped by the writer", m.dropped));
+            }
+            (max.to_string(), m.dropped.to_string(), m.dropped <= max)
+        }
+        Limit::MaxIncrease(max_pct) => {
+            let Some(b) = baseline else {
+                return Err(CheckError::Baseline(format!(
+                    "rule {:?} (line {}) sets max_increase: give the earlier run's figures with --baseline FILE",
+                    rule.name, rule.line
+                )));
+            };
+            let mut worst = 0f64;
+            for &t in tags {
+                let name = m.tag(t).to_string();
+                let Some(&base) = b.peak_live_bytes.get(&name) else {
+                    continue;
+                };
+                let now = m.tag_acc[t as usize].peak;
+                let p = pct(now, base);
+                worst = worst.max(p);
+                if p > max_pct {
+                    offenders.push(format!(
+                        "{name}: peak {} vs {} in the baseline (+{p:.1}%)",
+                        bytes(now),
+                        bytes(base)
+                    ));
+                }
+            }
+            if rule.selector.is_all() && b.peak_rss_bytes > 0 {
+                if let Some(r) = m.rss_peak.as_ref().and_then(|c| c.rss) {
+                    let p = pct(r, b.peak_rss_bytes);
+                    worst = worst.max(p);
+                    if p > max_pct {
+                        offenders.push(format!(
+                            "peak RSS {} vs {} (+{p:.1}%)",
+                            bytes(r),
+                            bytes(b.peak_rss_bytes)
+                        ));
+                    }
+                }
+            }
+            (format!("+{max_pct}%"), format!("+{worst:.1}%"), offenders.is_empty())
+        }
+    };
+    Ok(Outcome {
+        rule: rule.name.clone(),
+        line: rule.line,
+        limit: limit.key().into(),
+        log: m.path.display().to_string(),
+        passed,
+        allowed,
+        found,
+        offenders,
+    })
+}
+
+fn xml(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+        .replace('\'', "&apos;")
+}
+
+/// Renders the outcomes.
+pub fn render(r: &CheckReport, f: Format, junit: bool, out: &mut dyn Write) -> io::Result<()> {
+    if junit {
+        writeln!(out, r#"<?xml version="1.0" encoding="UTF-8"?>"#)?;
+        writeln!(
+            out,
+            r#"<testsuites name="heaptag check" tests="{}" failures="{}">"#,
+            r.outcomes.len(),
+            r.failures
+        )?;
+        writeln!(
+            out,
+            r#"  <testsuite name="{}" tests="{}" failures="{}">"#,
+            xml(&r.policy),
+            r.outcomes.len(),
+            r.failures
+        )?;
+        for o in &r.outcomes {
+            let name = format!("{} [{}] (line {})", o.rule, o.limit, o.line);
+            write!(
+                out,
+                r#"    <testcase classname="{}" name="{}""#,
+                xml(&o.log),
+                xml(&name)
+            )?;
+            if o.passed {
+                writeln!(out, "/>")?;
+            } else {
+                writeln!(out, ">")?;
+                writeln!(
+                    out,
+                    r#"      <failure message="{}">{}</failure>"#,
+                    xml(&format!("{}: allowed {}, found {}", o.limit, o.allowed, o.found)),
+                    xml(&o.offenders.join("\n"))
+                )?;
+                writeln!(out, "    </testcase>")?;
+            }
+        }
+        writeln!(out, "  </testsuite>")?;
+        return writeln!(out, "</testsuites>");
+    }
+    match f {
+        Format::Json => crate::render::json(r, out),
+        Format::Markdown => {
+            writeln!(
+                out,
+                "## heaptag check: {}\n",
+                if r.failures == 0 { "passed" } else { "FAILED" }
+            )?;
+            writeln!(out, "| result | rule | limit | allowed | found | log |")?;
+            writeln!(out, "| --- | --- | --- | ---: | ---: | --- |")?;
+            for o in &r.outcomes {
+                writeln!(
+                    out,
+                    "| {} | {} (line {}) | {} | {} | {} | {} |",
+                    if o.passed { "pass" } else { "**FAIL**" },
+                    o.rule.replace('|', "\\|"),
+                    o.line,
+                    o.limit,
+                    o.allowed,
+                    o.found,
+                    o.log
+                )?;
+            }
+            for o in r.outcomes.iter().filter(|o| !o.passed) {
+                writeln!(out, "\n**{}** (`{}`, line {}):\n", o.rule, o.limit, o.line)?;
+                for x in &o.offenders {
+                    writeln!(out, "- {}", x.replace('|', "\\|"))?;
+                }
+            }
+            Ok(())
+        }
+        Format::Text => {
+            for o in &r.outcomes {
+                writeln!(
+                    out,
+                    "{} {}:{} {} [{}]: allowed {}, found {} ({})",
+                    if o.passed { "pass" } else { "FAIL" },
+                    r.policy,
+                    o.line,
+                    o.rule,
+                    o.limit,
+                    o.allowed,
+                    o.found,
+                    o.log
+                )?;
+                for x in &o.offenders {
+                    writeln!(out, "       {x}")?;
+                }
+            }
+            writeln!(
+                out,
+                "{}: {} of {} checks failed",
+                if r.failures == 0 { "passed" } else { "FAILED" },
+                r.failures,
+                r.outcomes.len()
+            )
+        }
+    }
+}
