@@ -1,4 +1,4 @@
-//! `heaptag-alloc`: the attributing global allocator behind [heaptag].
+//! `heaptag-alloc`: the attributing global allocator behind the `heaptag` crate.
 //!
 //! Users depend on the `heaptag` facade crate, which re-exports everything
 //! here; this crate holds the hot path only (no CLI, no report logic).
@@ -20,8 +20,6 @@
 //!   every block exactly.
 //! - No per-block header: sizes and size classes are exactly what the program
 //!   would get without heaptag.
-//!
-//! [heaptag]: https://docs.rs/heaptag
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
@@ -37,12 +35,14 @@ mod sampling;
 mod snapshot;
 mod table;
 mod tag;
+pub mod testing;
 mod thread;
 
 pub use clock::now_ns;
 pub use config::Settings;
 pub use external::{external_alloc, ExternalGuard};
 pub use global::Alloc;
+pub use heaptag_format::Fill;
 pub use jemalloc::{flush_thread_cache, jemalloc_stats, purge, JemallocError, JemallocStats};
 pub use log::{finish, mark, LogConfig, LogError, LogSummary};
 pub use snapshot::{

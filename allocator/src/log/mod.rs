@@ -121,6 +121,15 @@ pub(crate) unsafe fn emit_fingerprint(addr: usize, size: u64, when: FpWhen) {
     emit(ev);
 }
 
+/// The sampled fingerprint of a live block (for `testing`).
+///
+/// # Safety
+/// As [`emit_fingerprint`].
+pub(crate) unsafe fn fingerprint_block(addr: usize, size: u64) -> fingerprint::Fingerprint {
+    // SAFETY: the caller's guarantee.
+    unsafe { fingerprint::fingerprint(addr as *const u8, size as usize, false) }
+}
+
 /// Fingerprints every live tracked block big enough, holding each block's
 /// table shard while reading it so no thread can free it meanwhile.
 fn fingerprint_live(when: FpWhen) {
