@@ -235,19 +235,9 @@ fn partition(args: &Args, part: u32, dealloc: &mpsc::Sender<Vec<Fr>>) -> u64 {
     proof.len() as u64
 }
 
+/// Bytes in binary units, as the analyzer prints them.
 fn gib(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
+    heaptag_analyzer::render::bytes(b)
 }
 
 fn main() {

@@ -6,7 +6,6 @@
 mod common;
 
 use std::hint::black_box;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use heaptag_format::Record;
@@ -14,23 +13,9 @@ use heaptag_format::Record;
 #[global_allocator]
 static GLOBAL: heaptag::Alloc = heaptag::Alloc::new();
 
-fn child(test: &str, env: &[(&str, &str)]) -> Command {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env("HEAPTAG_CHILD", "1");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd
-}
-
-fn in_child() -> bool {
-    std::env::var_os("HEAPTAG_CHILD").is_some()
-}
-
 #[test]
 fn sigkill_leaves_a_log_readable_to_the_last_frame() {
-    if in_child() {
+    if common::in_child() {
         // Started from HEAPTAG_LOG before main. Allocate forever.
         let _g = heaptag::stage("doomed");
         let mut keep = Vec::new();
@@ -44,7 +29,7 @@ fn sigkill_leaves_a_log_readable_to_the_last_frame() {
         return;
     }
     let path = common::temp_log("killed");
-    let mut c = child(
+    let mut c = common::child(
         "sigkill_leaves_a_log_readable_to_the_last_frame",
         &[("HEAPTAG_LOG", path.to_str().unwrap()), ("HEAPTAG_INTERVAL", "10ms")],
     )
@@ -70,7 +55,7 @@ fn sigkill_leaves_a_log_readable_to_the_last_frame() {
 
 #[test]
 fn a_file_that_stops_growing_drops_events_and_says_how_many() {
-    if in_child() {
+    if common::in_child() {
         // Writes past 40 KiB fail with EFBIG (SIGXFSZ ignored), like a full disk.
         // SAFETY: plain libc calls on this process's own limits and signals.
         unsafe {
@@ -101,7 +86,7 @@ fn a_file_that_stops_growing_drops_events_and_says_how_many() {
         return;
     }
     let path = common::temp_log("full");
-    let out = child(
+    let out = common::child(
         "a_file_that_stops_growing_drops_events_and_says_how_many",
         &[("CHILD_LOG", path.to_str().unwrap())],
     )

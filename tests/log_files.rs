@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::process::Command;
-
 #[global_allocator]
 static GLOBAL: heaptag::Alloc = heaptag::Alloc::new();
 
@@ -46,16 +44,6 @@ fn existing_files_and_symlinks_are_left_alone() {
     );
 }
 
-fn rerun(test: &str, env: &[(&str, &str)]) -> std::process::Output {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env("HEAPTAG_CHILD", "1");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap()
-}
-
 #[test]
 fn env_started_log_expands_pid_and_bad_values_are_reported() {
     if std::env::var_os("HEAPTAG_CHILD").is_some() {
@@ -66,10 +54,12 @@ fn env_started_log_expands_pid_and_bad_values_are_reported() {
     let dir = common::temp_log("envdir").with_extension("d");
     std::fs::create_dir_all(&dir).unwrap();
     let pattern = dir.join("run-%p.htlog");
-    let out = rerun(
+    let out = common::child(
         "env_started_log_expands_pid_and_bad_values_are_reported",
         &[("HEAPTAG_LOG", pattern.to_str().unwrap())],
-    );
+    )
+    .output()
+    .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
     let pid: u32 = stdout[stdout.find("CHILD_PID ").unwrap() + 10..]
@@ -83,13 +73,15 @@ fn env_started_log_expands_pid_and_bad_values_are_reported() {
     assert!(r.ended(), "finished at exit");
     assert_eq!(r.header().pid, pid);
 
-    let out = rerun(
+    let out = common::child(
         "env_started_log_expands_pid_and_bad_values_are_reported",
         &[
             ("HEAPTAG_LOG", dir.join("bad.htlog").to_str().unwrap()),
             ("HEAPTAG_INTERVAL", "fast"),
         ],
-    );
+    )
+    .output()
+    .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the program runs anyway: {stderr}");
     assert!(

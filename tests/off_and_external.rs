@@ -2,23 +2,13 @@
 //! (annotated) memory; purge.
 
 use std::hint::black_box;
-use std::process::Command;
 
 use heaptag::Tag;
 
+mod common;
+
 #[global_allocator]
 static GLOBAL: heaptag::Alloc = heaptag::Alloc::new();
-
-/// Re-runs this test binary with `env`, running only `test`.
-fn rerun(test: &str, env: &[(&str, &str)]) -> std::process::Output {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env("HEAPTAG_CHILD", "1");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap()
-}
 
 #[test]
 fn off_at_start_counts_nothing() {
@@ -34,7 +24,9 @@ fn off_at_start_counts_nothing() {
         drop(v);
         return;
     }
-    let out = rerun("off_at_start_counts_nothing", &[("HEAPTAG", "off")]);
+    let out = common::child("off_at_start_counts_nothing", &[("HEAPTAG", "off")])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
 }
 
@@ -48,10 +40,12 @@ fn bad_environment_values_are_reported_and_ignored() {
         assert_eq!(s.health.config_errors, 1);
         return;
     }
-    let out = rerun(
+    let out = common::child(
         "bad_environment_values_are_reported_and_ignored",
         &[("HEAPTAG_THRESHOLD", "lots"), ("HEAPTAG_SAMPLE_RATE", "128K")],
-    );
+    )
+    .output()
+    .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{}{stderr}", String::from_utf8_lossy(&out.stdout));
     assert!(

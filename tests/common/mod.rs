@@ -38,3 +38,20 @@ pub fn tag_defs(recs: &[Record]) -> std::collections::HashMap<u32, TagDef> {
         })
         .collect()
 }
+
+/// This test binary, re-run to execute only `test`, with `env` set and
+/// `HEAPTAG_CHILD=1` (so the test knows it is the child).
+pub fn child(test: &str, env: &[(&str, &str)]) -> std::process::Command {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env("HEAPTAG_CHILD", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// True in a child started by [`child`].
+pub fn in_child() -> bool {
+    std::env::var_os("HEAPTAG_CHILD").is_some()
+}
