@@ -8,13 +8,16 @@
 //! stage, proof assembly; aux vectors are freed on a separate dealloc thread.
 //!
 //! ```text
-//! cargo run --release --example pce_pipeline -- [--pce shared|per-partition|cloned]
+//! cargo run --release --example pce_pipeline -- [--pce shared|per-partition|cloned|race]
 //!     [--jobs J] [--partitions N] [--pce-mib M] [--hold-baseline]
 //! ```
 //!
-//! `--pce per-partition` (each partition builds its own copy) and `--pce
-//! cloned` (each partition clones the cached one) reproduce the two bugs the
-//! report must catch. The run writes an event log (`--log`, default
+//! `--pce per-partition` (each partition builds its own copy), `--pce
+//! cloned` (each partition clones the cached one) and `--pce race` (two jobs
+//! extract it at once, both copies alive until one is dropped) reproduce the
+//! bugs the report must catch. All jobs set their partitions up before any
+//! proves (the scheduler's batch), so per-partition copies pile up to
+//! jobs x partitions. The run writes an event log (`--log`, default
 //! `pce_pipeline-<pid>.htlog` in the current directory). At the end the
 //! example prints how many PCE-sized copies were alive at once (measured
 //! in-process by a monitor thread reading `heaptag::snapshot()`), then runs
@@ -22,7 +25,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Barrier, Mutex, OnceLock};
 use std::time::Duration;
 
 use heaptag::Tag;
@@ -61,9 +64,14 @@ impl Pce {
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Mode {
+    /// One process-wide cache; every partition reads it.
     Shared,
+    /// Each partition builds its own identical copy (a bug).
     PerPartition,
+    /// Each partition clones the cached one (the other bug).
     Cloned,
+    /// Two jobs extract it at once; both copies live a while, one is dropped.
+    Race,
 }
 
 struct Args {
@@ -76,7 +84,7 @@ struct Args {
     quiet: bool,
 }
 
-fn parse_args() -> Result<Args, String> {
+fn parse_args(argv: &[String]) -> Result<Args, String> {
     let mut a = Args {
         mode: Mode::Shared,
         jobs: 2,
@@ -86,7 +94,7 @@ fn parse_args() -> Result<Args, String> {
         log: Some("pce_pipeline-%p.htlog".into()),
         quiet: false,
     };
-    let mut it = std::env::args().skip(1);
+    let mut it = argv.iter().cloned();
     while let Some(flag) = it.next() {
         let mut value = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
         match flag.as_str() {
@@ -95,7 +103,8 @@ fn parse_args() -> Result<Args, String> {
                     "shared" => Mode::Shared,
                     "per-partition" => Mode::PerPartition,
                     "cloned" => Mode::Cloned,
-                    other => return Err(format!("--pce {other}: expected shared, per-partition or cloned")),
+                    "race" => Mode::Race,
+                    other => return Err(format!("--pce {other}: expected shared, per-partition, cloned or race")),
                 }
             }
             "--jobs" => a.jobs = num(&value("--jobs")?, "--jobs")?,
@@ -107,10 +116,10 @@ fn parse_args() -> Result<Args, String> {
             "--quiet" => a.quiet = true,
             "-h" | "--help" => {
                 println!(
-                    "usage: pce_pipeline [--pce shared|per-partition|cloned] [--jobs J] [--partitions N] \
+                    "usage: pce_pipeline [--pce shared|per-partition|cloned|race] [--jobs J] [--partitions N] \
                      [--pce-mib M] [--hold-baseline] [--log PATH (default pce_pipeline-%p.htlog) | --no-log] [--quiet]"
                 );
-                std::process::exit(0);
+                return Err(String::new());
             }
             other => return Err(format!("unknown argument {other} (try --help)")),
         }
@@ -126,30 +135,41 @@ fn num<T: std::str::FromStr>(v: &str, name: &str) -> Result<T, String> {
 }
 
 /// Rows of each matrix for a PCE of about `mib` MiB: per non-zero, 4 (col)
-/// + 32 (val) bytes, three matrices, 4 non-zeros per row.
+/// + 32 (val) bytes, three matrices, 4 non-zeros per row on average.
 fn pce_rows(mib: usize) -> usize {
     ((mib << 20) / 3 / 36 / 4).max(1)
 }
 
+/// Non-zeros in row `r` of matrix `seed`: 2 to 6, so the three matrices'
+/// row pointers differ (identical ones would be a real duplicate).
+fn nnz_in_row(seed: u64, r: usize) -> usize {
+    2 + (r + seed as usize * 2) % 5
+}
+
 /// Bytes of a PCE of `mib` MiB, without building one.
-fn pce_bytes(mib: usize) -> u64 {
-    let rows = pce_rows(mib) as u64;
-    3 * ((rows + 1) * 4 + rows * 4 * 4 + rows * 4 * 32)
+pub fn pce_bytes(mib: usize) -> u64 {
+    let rows = pce_rows(mib);
+    (1..=3u64)
+        .map(|seed| {
+            let nnz: usize = (0..rows).map(|r| nnz_in_row(seed, r)).sum();
+            ((rows + 1) * 4 + nnz * 4 + nnz * 32) as u64
+        })
+        .sum()
 }
 
 /// A deterministic synthetic circuit of about `mib` MiB of CSR data.
 fn build_pce(mib: usize) -> Pce {
     let rows = pce_rows(mib);
-    let nnz_per_matrix = rows * 4;
     let num_inputs = rows;
     let matrix = |seed: u64| {
+        let nnz: usize = (0..rows).map(|r| nnz_in_row(seed, r)).sum();
         let mut row_ptrs = Vec::with_capacity(rows + 1);
-        let mut cols = Vec::with_capacity(nnz_per_matrix);
-        let mut vals = Vec::with_capacity(nnz_per_matrix);
+        let mut cols = Vec::with_capacity(nnz);
+        let mut vals = Vec::with_capacity(nnz);
         let mut x = seed;
         row_ptrs.push(0);
-        for _ in 0..rows {
-            for _ in 0..4 {
+        for r in 0..rows {
+            for _ in 0..nnz_in_row(seed, r) {
                 x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 cols.push((x >> 33) as u32 % num_inputs as u32);
                 vals.push([x, x ^ seed, x.rotate_left(7), 1]);
@@ -191,30 +211,60 @@ fn spmv(m: &Csr, w: &[Fr]) -> Vec<Fr> {
     out
 }
 
-/// One partition: witness, a/b/c by SpMV, simulated GPU work, assembly.
-fn partition(args: &Args, part: u32, dealloc: &mpsc::Sender<Vec<Fr>>) -> u64 {
-    let pce_copy;
-    let pce: &Pce = match args.mode {
-        Mode::Shared => {
-            pce_copy = shared_pce(args.pce_mib);
-            &pce_copy
-        }
+/// The PCE a partition proves against, got the way `mode` says. Runs under
+/// the partition's tag, at job setup.
+fn pce_for(args: &Args, cached: Option<&Arc<Pce>>) -> Arc<Pce> {
+    match args.mode {
+        Mode::Shared | Mode::Race => cached.cloned().unwrap_or_else(|| shared_pce(args.pce_mib)),
         Mode::PerPartition => {
             let _s = heaptag::stage("pce_load");
-            pce_copy = Arc::new(build_pce(args.pce_mib));
-            &pce_copy
+            Arc::new(build_pce(args.pce_mib))
         }
         Mode::Cloned => {
             let shared = shared_pce(args.pce_mib);
             let _s = heaptag::stage("pce_load");
-            pce_copy = Arc::new((*shared).clone());
-            &pce_copy
+            Arc::new((*shared).clone())
         }
+    }
+}
+
+/// `--pce race`: every job extracts the PCE itself when the cache is empty
+/// (no lock around the extraction), then keeps the first one stored; the
+/// loser's copy lives until it finds out, then is dropped.
+fn race_extract(args: &Args, cache: &Mutex<Option<Arc<Pce>>>) -> Arc<Pce> {
+    if let Some(p) = cache.lock().unwrap().as_ref() {
+        return p.clone();
+    }
+    let mine = {
+        let _s = heaptag::stage("pce_load");
+        Arc::new(build_pce(args.pce_mib))
     };
+    let mut slot = cache.lock().unwrap();
+    match slot.as_ref() {
+        Some(winner) => {
+            let winner = winner.clone();
+            drop(slot);
+            // The loser notices late: both copies are alive meanwhile.
+            std::thread::sleep(Duration::from_millis(30));
+            drop(mine);
+            winner
+        }
+        None => {
+            *slot = Some(mine.clone());
+            mine
+        }
+    }
+}
+
+/// One partition: witness, a/b/c by SpMV, simulated GPU work, assembly.
+fn partition(job: u64, part: u32, pce: &Pce, dealloc: &mpsc::Sender<Vec<Fr>>) -> u64 {
     let (a, b, c, aux) = {
         let _s = heaptag::stage("synthesize_partition");
+        // Witness values differ per job and partition (distinct data from
+        // one call site: never a duplicate).
+        let seed = (job << 32) | u64::from(part);
         let aux: Vec<Fr> = (0..pce.num_inputs as u64)
-            .map(|i| [i ^ u64::from(part), i, i.rotate_left(3), 1])
+            .map(|i| [i ^ seed, i, i.rotate_left(3), seed])
             .collect();
         let a = spmv(&pce.a, &aux);
         let b = spmv(&pce.b, &aux);
@@ -241,18 +291,26 @@ fn gib(b: u64) -> String {
 }
 
 fn main() {
-    let args = match parse_args() {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    std::process::exit(run(&argv));
+}
+
+/// Runs the pipeline with command-line arguments `argv`; returns the exit code.
+pub fn run(argv: &[String]) -> i32 {
+    let args = match parse_args(argv) {
         Ok(a) => a,
+        Err(e) if e.is_empty() => return 0, // --help
         Err(e) => {
             eprintln!("pce_pipeline: {e}");
-            std::process::exit(2);
+            return 2;
         }
     };
     let started = std::time::Instant::now();
     // The event log for the analyzer (unless HEAPTAG_LOG already started one).
     if let Some(path) = &args.log {
         if std::env::var_os("HEAPTAG_LOG").is_none() {
-            if let Err(e) = heaptag::LogConfig::new(path).start() {
+            // Fingerprint every PCE vector (the smallest are row pointers).
+            if let Err(e) = heaptag::LogConfig::new(path).fingerprint_min(64 << 10).start() {
                 eprintln!("pce_pipeline: no event log: {e}");
             }
         }
@@ -293,28 +351,42 @@ fn main() {
     });
 
     let args = &args;
+    // All jobs are admitted (their partitions set up) before any proves: the
+    // scheduler's batch. That is when per-partition copies pile up.
+    let admitted = Barrier::new(args.jobs as usize);
+    let race_cache: Mutex<Option<Arc<Pce>>> = Mutex::new(None);
+    let started_jobs = Barrier::new(args.jobs as usize);
     std::thread::scope(|s| {
         for job in 1..=args.jobs {
             let dtx = dtx.clone();
+            let (admitted, started_jobs, race_cache) = (&admitted, &started_jobs, &race_cache);
             s.spawn(move || {
                 let _j = heaptag::job(job);
-                // Partitions fan out on the rayon pool, whose threads do not
-                // inherit this thread's tag: capture it here (rayon::scope's
-                // body itself already runs on a pool thread) and enter it in
-                // each task.
                 let job_tag = heaptag::current();
-                rayon::scope(|rs| {
-                    for part in 0..args.partitions {
+                started_jobs.wait();
+                let cached = (args.mode == Mode::Race).then(|| race_extract(args, race_cache));
+                // Setup: each partition's context gets its PCE, under its tag.
+                let contexts: Vec<(Tag, Arc<Pce>)> = (0..args.partitions)
+                    .map(|part| {
                         let tag = Tag {
                             partition: Some(part),
                             ..job_tag
                         };
+                        (tag, tag.scope(|| pce_for(args, cached.as_ref())))
+                    })
+                    .collect();
+                admitted.wait();
+                // Partitions fan out on the rayon pool, whose threads do not
+                // inherit this thread's tag: each task enters its partition's.
+                rayon::scope(|rs| {
+                    for (part, (tag, pce)) in contexts.iter().enumerate() {
                         let dtx = dtx.clone();
                         rs.spawn(move |_| {
-                            tag.scope(|| partition(args, part, &dtx));
+                            tag.scope(|| partition(job, part as u32, pce, &dtx));
                         });
                     }
                 });
+                drop(contexts);
             });
         }
     });
@@ -361,7 +433,7 @@ fn main() {
     );
 
     // The analyzer on the log just written: the report and the verdict by content.
-    let Some(log) = heaptag::finish() else { return };
+    let Some(log) = heaptag::finish() else { return 0 };
     println!(
         "\nevent log: {} ({}, {} events, {} dropped)",
         log.path.display(),
@@ -388,4 +460,5 @@ fn main() {
     }
     let p = log.path.display();
     println!("\nmore: cargo run --release -p heaptag-analyzer -- {{report|peak|dups|sites|timeline}} {p}");
+    0
 }

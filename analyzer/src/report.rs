@@ -86,6 +86,8 @@ pub struct TagRow {
     pub peak_tracked_bytes: u64,
     /// Live bytes at the end of the log.
     pub live_end_bytes: u64,
+    /// Of which in tracked blocks (exact).
+    pub live_end_tracked_bytes: u64,
     /// Standard error of the small-block part of `live_end_bytes`.
     pub live_end_stderr_bytes: u64,
     /// Bytes allocated over the run (all sizes, exact, from the process's
@@ -197,6 +199,7 @@ fn tag_rows(m: &Model) -> Vec<TagRow> {
                 },
                 peak_tracked_bytes: a.tracked_peak,
                 live_end_bytes: a.tracked + a.small,
+                live_end_tracked_bytes: a.tracked,
                 live_end_stderr_bytes: a.small_var.sqrt().round() as u64,
                 allocated_bytes: a.alloc_bytes.unwrap_or(a.tracked_alloc),
                 allocations: a.alloc_count.unwrap_or(a.tracked_count),
@@ -245,6 +248,7 @@ pub fn report(models: &[Model]) -> Report {
                     peak_live: At { bytes: 0, time_s: 0.0 },
                     peak_tracked_bytes: 0,
                     live_end_bytes: 0,
+                    live_end_tracked_bytes: 0,
                     live_end_stderr_bytes: 0,
                     allocated_bytes: 0,
                     allocations: 0,
@@ -254,6 +258,7 @@ pub fn report(models: &[Model]) -> Report {
                 e.peak_live.bytes += r.peak_live.bytes;
                 e.peak_tracked_bytes += r.peak_tracked_bytes;
                 e.live_end_bytes += r.live_end_bytes;
+                e.live_end_tracked_bytes += r.live_end_tracked_bytes;
                 e.live_end_stderr_bytes =
                     ((e.live_end_stderr_bytes as f64).powi(2) + (r.live_end_stderr_bytes as f64).powi(2)).sqrt() as u64;
                 e.allocated_bytes += r.allocated_bytes;

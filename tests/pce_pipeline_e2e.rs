@@ -1,0 +1,240 @@
+//! The prover-shaped example, end to end: each mode runs (small) in a child
+//! process writing its own log, and the analyzer's JSON gives the verdicts.
+
+#[allow(dead_code, unreachable_pub)]
+#[path = "../examples/pce_pipeline.rs"]
+mod pipeline;
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use heaptag_analyzer::{run, Command, Format};
+use serde_json::Value;
+
+const JOBS: u64 = 2;
+const PARTITIONS: u64 = 3;
+const PCE_MIB: usize = 8;
+
+/// Runs the example with `args` in a child (one log per process) and
+/// returns its log.
+fn pipeline_log(test: &str, mode: &str, extra: &str) -> PathBuf {
+    let log = common::temp_log(&format!("pce-{mode}{}", extra.replace(' ', "")));
+    let args = format!(
+        "--pce {mode} --jobs {JOBS} --partitions {PARTITIONS} --pce-mib {PCE_MIB} --log {} --quiet {extra}",
+        log.display()
+    );
+    let out = common::child(test, &[("PCE_ARGS", &args)]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    log
+}
+
+/// In the child: run the example instead of the test.
+fn child_runs_pipeline() -> bool {
+    if !common::in_child() {
+        return false;
+    }
+    let args: Vec<String> = std::env::var("PCE_ARGS")
+        .unwrap()
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    assert_eq!(pipeline::run(&args), 0);
+    true
+}
+
+fn json(cmd: Command) -> Value {
+    let mut out = Vec::new();
+    run(&cmd, &mut out).unwrap();
+    serde_json::from_slice(&out).unwrap()
+}
+
+fn dups(log: &Path) -> Value {
+    json(Command::Dups {
+        logs: vec![log.to_path_buf()],
+        format: Format::Json,
+    })["sources"][0]
+        .clone()
+}
+
+fn verdict(d: &Value, stage: &str) -> Value {
+    d["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["stage"] == stage)
+        .cloned()
+        .unwrap()
+}
+
+/// `heaptag check` with `max_copies = 1` on the PCE stage: did it fail?
+fn check_fails(log: &Path) -> bool {
+    let policy = log.with_extension("toml");
+    std::fs::write(
+        &policy,
+        "strict = true\n[[rule]]\nname = \"PCE once\"\nstage = \"pce_load\"\nmax_copies = 1\n",
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    let outcome = run(
+        &Command::Check {
+            logs: vec![log.to_path_buf()],
+            policy,
+            baseline: None,
+            write_baseline: None,
+            format: Format::Text,
+            junit: false,
+        },
+        &mut out,
+    )
+    .unwrap();
+    outcome.failed
+}
+
+/// Witness, a/b/c and GPU buffers: distinct data, never duplicates.
+fn per_partition_data_is_never_flagged(d: &Value) {
+    for stage in ["synthesize_partition", "gpu_prove"] {
+        assert_eq!(verdict(d, stage)["verdict"], "SHARED ONCE", "{stage}: {d}");
+    }
+}
+
+fn pce_bytes() -> u64 {
+    pipeline::pce_bytes(PCE_MIB)
+}
+
+#[test]
+fn shared() {
+    if child_runs_pipeline() {
+        return;
+    }
+    let log = pipeline_log("shared", "shared", "");
+    let d = dups(&log);
+    let v = verdict(&d, "pce_load");
+    assert_eq!(
+        (v["verdict"].as_str(), v["copies"].as_u64()),
+        (Some("SHARED ONCE"), Some(1)),
+        "{v}"
+    );
+    per_partition_data_is_never_flagged(&d);
+    assert!(!check_fails(&log), "max_copies = 1 holds");
+
+    // Cross-thread frees (aux on the dealloc thread, a/b/c on rayon
+    // workers): every partition is back to 0 tracked bytes at the end.
+    let r = json(Command::Report {
+        logs: vec![log.clone()],
+        format: Format::Json,
+    });
+    let tags = r["sources"][0]["tags"].as_array().unwrap();
+    let partitions: Vec<&Value> = tags
+        .iter()
+        .filter(|t| !t["partition"].is_null() && t["stage"] != "pce_load")
+        .collect();
+    assert!(partitions.len() >= (JOBS * PARTITIONS) as usize, "{r}");
+    for t in partitions {
+        assert_eq!(t["live_end_tracked_bytes"], 0, "{t}");
+    }
+    let dealloc = tags.iter().find(|t| t["stage"] == "dealloc");
+    assert!(
+        dealloc.is_none_or(|t| t["peak_tracked_bytes"] == 0),
+        "frees are not charged to the freeing thread"
+    );
+}
+
+#[test]
+fn per_partition() {
+    if child_runs_pipeline() {
+        return;
+    }
+    let log = pipeline_log("per_partition", "per-partition", "");
+    let d = dups(&log);
+    let v = verdict(&d, "pce_load");
+    let n = JOBS * PARTITIONS;
+    assert_eq!(v["verdict"], "DUPLICATED", "{v}");
+    assert_eq!(v["copies"], n, "one copy per partition of every job: {v}");
+    assert_eq!(v["wasted_bytes"], (n - 1) * pce_bytes(), "{v}");
+    per_partition_data_is_never_flagged(&d);
+    assert!(check_fails(&log));
+}
+
+#[test]
+fn cloned() {
+    if child_runs_pipeline() {
+        return;
+    }
+    let log = pipeline_log("cloned", "cloned", "");
+    let d = dups(&log);
+    let v = verdict(&d, "pce_load");
+    let n = JOBS * PARTITIONS;
+    assert_eq!(v["verdict"], "DUPLICATED", "{v}");
+    assert_eq!(
+        v["copies"],
+        n + 1,
+        "the cached original and one clone per partition: {v}"
+    );
+    assert_eq!(v["wasted_bytes"], n * pce_bytes(), "{v}");
+    per_partition_data_is_never_flagged(&d);
+    assert!(check_fails(&log));
+}
+
+#[test]
+fn race() {
+    if child_runs_pipeline() {
+        return;
+    }
+    let log = pipeline_log("race", "race", "");
+    let d = dups(&log);
+    let v = verdict(&d, "pce_load");
+    assert_eq!(
+        (v["verdict"].as_str(), v["copies"].as_u64()),
+        (Some("DUPLICATED"), Some(2)),
+        "{v}"
+    );
+    assert_eq!(v["wasted_bytes"], pce_bytes(), "{v}");
+    for g in d["duplicated"].as_array().unwrap() {
+        assert_eq!(g["copies"], 2);
+        assert_eq!(g["transient"], true, "one copy was dropped: {g}");
+        let window = g["until_s"].as_f64().unwrap() - g["from_s"].as_f64().unwrap();
+        assert!(window > 0.0, "{g}");
+        let holders: Vec<&str> = g["holders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["tag"].as_str().unwrap())
+            .collect();
+        assert_eq!(holders, vec!["job=1 stage=pce_load", "job=2 stage=pce_load"]);
+    }
+    per_partition_data_is_never_flagged(&d);
+    assert!(check_fails(&log));
+}
+
+#[test]
+fn hold_baseline_names_the_extra_holder_at_the_peak() {
+    if child_runs_pipeline() {
+        return;
+    }
+    let log = pipeline_log(
+        "hold_baseline_names_the_extra_holder_at_the_peak",
+        "shared",
+        "--hold-baseline",
+    );
+    let p = json(Command::Peak {
+        logs: vec![log],
+        format: Format::Json,
+        top: 5,
+    });
+    let moments = p["sources"][0]["moments"].as_array().unwrap();
+    assert_eq!(moments.len(), 2, "{p}");
+    for m in moments {
+        let by_tag = m["by_tag"].as_array().unwrap();
+        let baseline = by_tag
+            .iter()
+            .find(|h| h["tag"] == "stage=baseline_results")
+            .unwrap_or_else(|| panic!("baseline_results holds memory at the {} peak: {m}", m["kind"]));
+        assert_eq!(baseline["tracked_bytes"], (PCE_MIB as u64) << 20);
+    }
+}
