@@ -49,6 +49,16 @@
 //! std::thread::spawn(move || tag.scope(|| { /* charged to `tag` */ }));
 //! ```
 //!
+//! # Integrations (cargo features)
+//!
+//! - [`thread`]: `spawn`, `spawn_scoped`, `in_current_tag` (always on).
+//! - `rayon`: `par_iter().with_current_tag()`, `heaptag::rayon::{join, scope,
+//!   spawn}` carrying the tag onto the pool (docs/RAYON.md).
+//! - `futures`: `fut.with_tag(tag)` / `fut.in_current_tag()`, entered around
+//!   every poll, for tokio or any executor (docs/ASYNC.md).
+//! - `tracing`: `heaptag::tracing::HeaptagLayer`, tags from span fields
+//!   `job_id`, `stage` (or the span name), `partition` (docs/TRACING.md).
+//!
 //! # What is exact and what is estimated
 //!
 //! Allocated bytes and counts per tag are exact. Blocks of at least the
@@ -73,3 +83,12 @@
 #![warn(missing_docs)]
 
 pub use heaptag_alloc::*;
+
+pub mod thread;
+
+#[cfg(feature = "futures")]
+pub mod future;
+#[cfg(feature = "rayon")]
+pub mod rayon;
+#[cfg(feature = "tracing")]
+pub mod tracing;

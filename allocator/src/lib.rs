@@ -48,7 +48,7 @@ pub use log::{finish, mark, LogConfig, LogError, LogSummary};
 pub use snapshot::{
     snapshot, tracked_blocks, Block, ExternalStats, Health, SmallStats, Snapshot, TagStats, Totals, TrackedStats,
 };
-pub use tag::{current, job, partition, stage, static_name, Tag, TagGuard, MAX_TAGS};
+pub use tag::{current, job, partition, stage, static_name, Tag, TagGuard, TagId, MAX_TAGS};
 pub use thread::MAX_THREAD_SLOTS;
 
 /// The settings in force (after the environment was read).
