@@ -1,46 +1,55 @@
 #!/usr/bin/env python3
-"""Runs heaptag's bench binaries interleaved and reports ratios to bare jemalloc.
+"""Runs heaptag's bench binaries and its peers interleaved; reports ratios to bare jemalloc.
 
-Usage: python3 benches/run.py [--rounds N] [--quick] [--write docs/PERFORMANCE.md]
+Usage: python3 benches/run.py [--rounds N] [--quick] [--external] [--write docs/PERFORMANCE.md] [FILTER]
 
-Builds `cargo bench --no-run`, then for each round runs, in turn:
-  alloc_jemalloc            (bare tikv-jemallocator)
-  alloc_heaptag             (heaptag on)
-  alloc_heaptag HEAPTAG=off (compiled in, switched off at run time)
-and prints, per workload, the median ns/op of each variant and its ratio to
-the jemalloc median of the same run. Peak RSS of each variant comes from
-getrusage of the child. With --write, the table replaces the part of the file
-between the markers `<!-- bench:begin -->` and `<!-- bench:end -->`.
+Builds `cargo bench --no-run`, then each round runs every variant once, in an
+order that alternates (A B C ..., ... C B A):
+
+  jemalloc     bare tikv-jemallocator                      (benches/alloc_jemalloc.rs)
+  heaptag-off  heaptag compiled in, HEAPTAG=off            (benches/alloc_heaptag.rs)
+  heaptag-on   heaptag counters, tags set                  (same binary)
+  heaptag-log  heaptag with the event log on (HEAPTAG_LOG) (same binary)
+  system       glibc malloc                                (benches/alloc_system.rs)
+  tracking     tobz/tracking-allocator + per-group tracker (benches/alloc_tracking.rs)
+  dhat         dhat-rs heap profiler (1/50th of the micro iterations: ~us per call)
+
+and prints, per workload, medians and ratios to the jemalloc median of the
+same rounds, peak RSS per variant (getrusage of each child), heaptag's own
+memory, log bytes per event, dhat's profile size, and the analyzer's events
+per second on a synthetic log. With --external (tools found on PATH),
+heaptrack and valgrind massif also run once on the system-malloc variant's
+pipeline workload. With --write, the output replaces the part of FILE between
+`<!-- bench:begin -->` and `<!-- bench:end -->`.
 """
 
 import argparse
 import json
 import os
 import platform
-import resource
+import shutil
 import statistics
 import subprocess
-import shutil
 import sys
 import tempfile
+import time
 from collections import defaultdict
 
 LOG_DIR = tempfile.mkdtemp(prefix="heaptag-bench-")
 VARIANTS = [
     ("jemalloc", "alloc_jemalloc", {}),
-    ("heaptag-on", "alloc_heaptag", {}),
     ("heaptag-off", "alloc_heaptag", {"HEAPTAG": "off"}),
+    ("heaptag-on", "alloc_heaptag", {}),
     ("heaptag-log", "alloc_heaptag", {"HEAPTAG_LOG": os.path.join(LOG_DIR, "bench-%p.htlog")}),
+    ("system", "alloc_system", {}),
+    ("tracking", "alloc_tracking", {}),
+    ("dhat", "alloc_dhat", {"BENCH_DIV": "50", "DHAT_OUT": os.path.join(LOG_DIR, "dhat.json")}),
 ]
+BENCHES = sorted({b for _, b, _ in VARIANTS})
 
 
-def build():
-    out = subprocess.run(
-        ["cargo", "bench", "--no-run", "--message-format=json", "--bench", "alloc_jemalloc", "--bench", "alloc_heaptag"],
-        check=True,
-        stdout=subprocess.PIPE,
-        text=True,
-    ).stdout
+def cargo_json(args):
+    out = subprocess.run(["cargo", *args, "--message-format=json"], check=True, stdout=subprocess.PIPE, text=True).stdout
     exes = {}
     for line in out.splitlines():
         try:
@@ -49,20 +58,32 @@ def build():
             continue
         if msg.get("reason") == "compiler-artifact" and msg.get("executable"):
             exes[msg["target"]["name"]] = msg["executable"]
-    missing = {b for _, b, _ in VARIANTS} - exes.keys()
-    if missing:
-        sys.exit(f"run.py: cargo did not report bench executables for {sorted(missing)}")
     return exes
 
 
-def run_once(exe, env, args):
-    """Runs one bench binary; returns its result rows and its peak RSS (KiB)."""
-    proc = subprocess.Popen([exe, *args], env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
+def build():
+    args = ["bench", "--no-run"]
+    for b in BENCHES:
+        args += ["--bench", b]
+    exes = cargo_json(args)
+    missing = set(BENCHES) - exes.keys()
+    if missing:
+        sys.exit(f"run.py: cargo did not report bench executables for {sorted(missing)}")
+    tools = cargo_json(["build", "--release", "-p", "heaptag-analyzer", "--bins", "--examples"])
+    for t in ("heaptag", "synth_log"):
+        if t not in tools:
+            sys.exit(f"run.py: cargo did not build {t}")
+    return exes, tools
+
+
+def run_once(cmd, env):
+    """Runs one command; returns its result rows and its peak RSS (KiB)."""
+    proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        sys.exit(f"run.py: {exe} {' '.join(args)} exited with {proc.returncode}")
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        sys.exit(f"run.py: {' '.join(cmd)} exited with {code}")
     rows = []
     for line in out.splitlines():
         parts = line.split("\t")
@@ -72,37 +93,80 @@ def run_once(exe, env, args):
     return rows, usage.ru_maxrss
 
 
+def external_tools(exe, quick):
+    """heaptrack and massif on the system-malloc pipeline, against a plain run."""
+    lines = []
+    args = [exe, "pipeline"] + ([] if quick else ["--bench"])
+    t0 = time.monotonic()
+    run_once(args, {})
+    plain = time.monotonic() - t0
+    if shutil.which("heaptrack"):
+        out = os.path.join(LOG_DIR, "heaptrack")
+        t0 = time.monotonic()
+        subprocess.run(["heaptrack", "-o", out, *args], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        took = time.monotonic() - t0
+        size = sum(os.path.getsize(os.path.join(LOG_DIR, f)) for f in os.listdir(LOG_DIR) if f.startswith("heaptrack"))
+        lines.append(f"| heaptrack | {took:.2f} s | {took / plain:.1f}x | {size / 2**10:.0f} KiB (compressed) |")
+    if shutil.which("valgrind"):
+        out = os.path.join(LOG_DIR, "massif.out")
+        t0 = time.monotonic()
+        subprocess.run(["valgrind", "--tool=massif", f"--massif-out-file={out}", *args], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        took = time.monotonic() - t0
+        lines.append(f"| valgrind massif | {took:.2f} s | {took / plain:.1f}x | {os.path.getsize(out) / 2**10:.0f} KiB |")
+    if not lines:
+        return []
+    return ["", f"External profilers on the system-malloc `pipeline` workload (plain run {plain:.2f} s, one run each):",
+            "", "| tool | wall | vs plain | output |", "| --- | ---: | ---: | ---: |", *lines]
+
+
+def analyzer_rate(tools, quick):
+    events = 1_000_000 if quick else 20_000_000
+    log = os.path.join(LOG_DIR, "synth.htlog")
+    subprocess.run([tools["synth_log"], log, str(events)], check=True, stderr=subprocess.DEVNULL)
+    best = None
+    for _ in range(1 if quick else 3):
+        t0 = time.monotonic()
+        _, maxrss = run_once([tools["heaptag"], "report", log], {})
+        took = time.monotonic() - t0
+        best = min(best or took, took)
+    os.remove(log)
+    return (f"Analyzer: `heaptag report` on a {events / 1e6:.0f} M-event synthetic log (`synth_log`): "
+            f"{best:.2f} s, {events / best / 1e6:.1f} M events/s, peak RSS {maxrss / 1024:.1f} MiB.")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="smoke run: 1/20th of the work, 1 round")
-    ap.add_argument("--write", metavar="FILE", help="replace the marked table in FILE")
+    ap.add_argument("--external", action="store_true", help="also run heaptrack and valgrind massif, if installed")
+    ap.add_argument("--write", metavar="FILE", help="replace the marked part of FILE")
     ap.add_argument("filter", nargs="?", default="", help="only workloads whose name contains this")
     a = ap.parse_args()
     rounds = 1 if a.quick else a.rounds
     args = ([] if a.quick else ["--bench"]) + ([a.filter] if a.filter else [])
-    exes = build()
+    exes, tools = build()
 
     results = defaultdict(list)  # (workload, param, variant) -> [ns]
     rss = defaultdict(list)  # variant -> [peak RSS KiB of a whole run]
-    own = []  # heaptag's own memory at the end of a run, bytes
-    per_event = []  # log bytes per event, events, dropped
+    own, per_event, dhat_bytes = [], [], []
     for r in range(rounds):
         order = VARIANTS if r % 2 == 0 else list(reversed(VARIANTS))
         for name, bench, env in order:
-            rows, maxrss = run_once(exes[bench], env, args)
+            rows, maxrss = run_once([exes[bench], *args], env)
             for f in os.listdir(LOG_DIR):
                 os.remove(os.path.join(LOG_DIR, f))
             rss[name].append(maxrss)
-            for variant, workload, param, ns in rows:
+            for _variant, workload, param, ns in rows:
                 if workload == "own_memory":
                     if name == "heaptag-on":
                         own.append(ns)
-                    continue
-                if workload == "log_bytes_per_event":
+                elif workload == "log_bytes_per_event":
                     per_event.append((ns, int(param)))
-                    continue
-                results[(workload, param, name)].append(ns)
+                elif workload == "profile_bytes":
+                    dhat_bytes.append(ns)
+                else:
+                    results[(workload, param, name)].append(ns)
         print(f"round {r + 1}/{rounds} done", file=sys.stderr)
 
     def order(key):
@@ -110,42 +174,59 @@ def main():
         return (key[0], int(digits or 0))
 
     keys = sorted({(w, p) for (w, p, _) in results}, key=order)
+    med = {k: statistics.median(v) for k, v in results.items()}
+
+    def fmt(w, x):
+        return f"{x / 1e6:.1f} ms" if w in ("pipeline", "big", "realloc") else f"{x:.2f}"
+
     lines = [
-        f"Command: `python3 benches/run.py --rounds {rounds}{' --quick' if a.quick else ''}` "
-        f"({platform.machine()}, {os.cpu_count()} cores; medians of {rounds} interleaved rounds).",
+        f"Command: `python3 benches/run.py --rounds {rounds}{' --quick' if a.quick else ''}"
+        f"{' --external' if a.external else ''}` ({platform.machine()}, {os.cpu_count()} cores; "
+        f"medians of {rounds} interleaved rounds). Times are ns per operation (ms for pipeline, big, realloc).",
         "",
-        "| workload | size | jemalloc ns/op | heaptag off | heaptag on | heaptag + log | off / jemalloc | on / jemalloc | log / jemalloc |",
+        "heaptag against bare jemalloc:",
+        "",
+        "| workload | size | jemalloc | heaptag off | heaptag on | heaptag + log | off / jemalloc | on / jemalloc | log / jemalloc |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for w, p in keys:
-        med = {v: statistics.median(results[(w, p, v)]) for v, _, _ in VARIANTS if results[(w, p, v)]}
-        base = med.get("jemalloc")
+        base = med.get((w, p, "jemalloc"))
         if not base:
             continue
-        unit = "ms" if w in ("pipeline", "big") else "ns"
-        def fmt(x):
-            return f"{x / 1e6:.1f} ms" if unit == "ms" else f"{x:.2f}"
+        v = {n: med.get((w, p, n)) for n, _, _ in VARIANTS}
         lines.append(
-            f"| {w} | {p} | {fmt(base)} | {fmt(med['heaptag-off'])} | {fmt(med['heaptag-on'])} | {fmt(med['heaptag-log'])} "
-            f"| {med['heaptag-off'] / base:.3f}x | {med['heaptag-on'] / base:.3f}x | {med['heaptag-log'] / base:.3f}x |"
+            f"| {w} | {p} | {fmt(w, base)} | {fmt(w, v['heaptag-off'])} | {fmt(w, v['heaptag-on'])} | {fmt(w, v['heaptag-log'])} "
+            f"| {v['heaptag-off'] / base:.3f}x | {v['heaptag-on'] / base:.3f}x | {v['heaptag-log'] / base:.3f}x |"
         )
+    peers = ["heaptag-on", "heaptag-log", "system", "tracking", "dhat"]
+    lines += ["", "Peers, as ratios to bare jemalloc (lower is better):", "",
+              "| workload | size | " + " | ".join(peers) + " |",
+              "| --- | --- | " + " | ".join("---:" for _ in peers) + " |"]
+    for w, p in keys:
+        base = med.get((w, p, "jemalloc"))
+        if not base:
+            continue
+        cells = []
+        for n in peers:
+            x = med.get((w, p, n))
+            cells.append(f"{x / base:.2f}x" if x else "-")
+        lines.append(f"| {w} | {p} | " + " | ".join(cells) + " |")
     base_rss = statistics.median(rss["jemalloc"])
-    lines.append("")
-    lines.append(
-        "Peak RSS of a whole bench run: "
-        + ", ".join(f"{v} {statistics.median(rss[v]) / 1024:.0f} MiB ({statistics.median(rss[v]) / base_rss:.3f}x)" for v, _, _ in VARIANTS)
-        + "."
-    )
+    lines += ["", "Peak RSS of a whole bench run: " + ", ".join(
+        f"{v} {statistics.median(rss[v]) / 1024:.0f} MiB ({statistics.median(rss[v]) / base_rss:.2f}x)" for v, _, _ in VARIANTS) + "."]
     if per_event:
         lines.append(
             f"Event log: {statistics.median(p for p, _ in per_event):.1f} bytes per allocator event, all records "
             f"(header, definitions, samples, fingerprints, symbols) included; "
             f"{statistics.median(e for _, e in per_event):.0f} events per run."
         )
+    if dhat_bytes:
+        lines.append(f"dhat's profile (dhat-heap.json): {statistics.median(dhat_bytes) / 2**20:.1f} MiB per run (at 1/50th of the micro iterations).")
     if own:
-        lines.append(
-            f"heaptag's own memory (tables, counter pages) at the end of a run: {statistics.median(own) / 2**20:.2f} MiB."
-        )
+        lines.append(f"heaptag's own memory (tables, counter pages) at the end of a run: {statistics.median(own) / 2**20:.2f} MiB.")
+    lines.append(analyzer_rate(tools, a.quick))
+    if a.external:
+        lines += external_tools(exes["alloc_system"], a.quick)
     table = "\n".join(lines)
     print(table)
     if a.write:

@@ -18,6 +18,10 @@ pub struct Opts {
     pub filter: Option<String>,
     /// Scale factor for the pipeline workload.
     pub scale: usize,
+    /// Divides the iteration counts of the micro workloads (`BENCH_DIV`):
+    /// peers that cost microseconds per call (dhat) run fewer iterations;
+    /// results are per operation, so they stay comparable.
+    pub div: usize,
 }
 
 impl Opts {
@@ -26,6 +30,11 @@ impl Opts {
             full: false,
             filter: None,
             scale: 1,
+            div: std::env::var("BENCH_DIV")
+                .ok()
+                .and_then(|d| d.parse().ok())
+                .unwrap_or(1)
+                .max(1),
         };
         let mut args = std::env::args().skip(1);
         while let Some(a) = args.next() {
@@ -180,7 +189,7 @@ fn partition(tags: bool, p: u32, scale: usize, tx: &mpsc::Sender<Vec<u8>>) {
 /// Runs the workloads the options select and prints one line per result.
 pub fn main_with(variant: &str, tags: bool) {
     let o = Opts::from_args();
-    let k = if o.full { 1 } else { 20 }; // smoke runs do 1/20th of the work
+    let k = if o.full { 1 } else { 20 } * o.div; // smoke runs do 1/20th of the work
     let out = |workload: &str, param: String, ns: f64, wall_ns: f64| {
         println!("{variant}\t{workload}\t{param}\t{ns:.2}\t{:.1}", wall_ns / 1e6);
     };
@@ -190,7 +199,7 @@ pub fn main_with(variant: &str, tags: bool) {
             if !o.wants(&name) {
                 continue;
             }
-            let iters = (if size >= 64 << 10 { 200_000 } else { 5_000_000 }) / k;
+            let iters = ((if size >= 64 << 10 { 200_000 } else { 5_000_000 }) / k).max(100);
             let ns = pairs(size, threads, iters);
             out(&name, size.to_string(), ns, ns * iters as f64);
         }
@@ -198,10 +207,26 @@ pub fn main_with(variant: &str, tags: bool) {
     for threads in [1usize, 2] {
         let name = format!("batch/{threads}t");
         if o.wants(&name) {
-            let rounds = 200 / k;
+            let rounds = (200 / k).max(1);
             let ns = batch(48, threads, 10_000, rounds);
             out(&name, "48".into(), ns, ns * (10_000 * rounds) as f64);
         }
+    }
+    if o.wants("realloc") {
+        // A Vec grown to 64 MiB by appending 4 KiB at a time: realloc growth,
+        // in place where the allocator can.
+        let rounds = if o.full { 10 } else { 2 };
+        let chunk = [7u8; 4096];
+        let start = Instant::now();
+        for _ in 0..rounds {
+            let mut v: Vec<u8> = Vec::new();
+            while v.len() < 64 << 20 {
+                v.extend_from_slice(&chunk);
+            }
+            black_box(&v);
+        }
+        let ns = start.elapsed().as_nanos() as f64;
+        out("realloc", "64MiB".into(), ns / rounds as f64, ns);
     }
     if o.wants("big") {
         // 64 MiB written then freed: what a log pays per large block
