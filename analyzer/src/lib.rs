@@ -15,6 +15,7 @@ pub mod policy;
 pub mod render;
 pub mod report;
 pub mod sites;
+pub mod watch;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -90,6 +91,20 @@ pub enum Command {
         /// JUnit XML instead of `format`.
         junit: bool,
     },
+    /// Start a command and sample its memory (and its children's) into a log.
+    Run {
+        /// Sampling settings and the log.
+        cfg: watch::WatchConfig,
+        /// The command and its arguments.
+        cmd: Vec<std::ffi::OsString>,
+    },
+    /// Sample a running process (and its children) into a log.
+    Watch {
+        /// Sampling settings and the log.
+        cfg: watch::WatchConfig,
+        /// The process.
+        pid: u32,
+    },
     /// What a log holds: header, record counts, damage.
     Dump {
         /// Log to read.
@@ -116,6 +131,8 @@ pub enum Error {
     Check(check::CheckError),
     /// The baseline could not be written.
     WriteBaseline(PathBuf, io::Error),
+    /// `heaptag run` / `watch` could not sample.
+    Watch(watch::WatchError),
 }
 
 impl fmt::Display for Error {
@@ -125,6 +142,7 @@ impl fmt::Display for Error {
             Error::Output(e) => write!(f, "cannot write the output: {e}"),
             Error::Check(e) => write!(f, "{e}"),
             Error::WriteBaseline(p, e) => write!(f, "{}: cannot write the baseline: {e}", p.display()),
+            Error::Watch(e) => write!(f, "{e}"),
         }
     }
 }
@@ -145,6 +163,8 @@ pub struct Outcome {
     pub warnings: Vec<String>,
     /// `heaptag check` found a broken rule (exit code 1).
     pub failed: bool,
+    /// `heaptag run`: the command's exit code, to pass through.
+    pub exit_code: Option<i32>,
 }
 
 fn load_all(logs: &[PathBuf], peak: bool, intervals: bool) -> Result<Vec<Model>, Error> {
@@ -177,6 +197,19 @@ fn warnings(models: &[Model]) -> Vec<String> {
 /// Runs one command, writing its output to `out`.
 pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
     let models = match cmd {
+        Command::Run { cfg, cmd } => {
+            let code = watch::run_command(cfg, cmd).map_err(Error::Watch)?;
+            writeln!(out, "heaptag: log written to {}", cfg.log.display())?;
+            return Ok(Outcome {
+                exit_code: Some(code),
+                ..Outcome::default()
+            });
+        }
+        Command::Watch { cfg, pid } => {
+            watch::watch_pid(cfg, *pid).map_err(Error::Watch)?;
+            writeln!(out, "heaptag: log written to {}", cfg.log.display())?;
+            return Ok(Outcome::default());
+        }
         Command::Dump { log, records } => {
             dump(log, *records, out)?;
             return Ok(Outcome::default());
@@ -209,6 +242,7 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
             return Ok(Outcome {
                 warnings: warnings(&models),
                 failed: r.failures > 0,
+                exit_code: None,
             });
         }
         Command::Peak { logs, .. } => load_all(logs, true, false)?,
@@ -230,11 +264,13 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
                 render::timeline(&t, *format, out)?
             }
         }
-        Command::Dump { .. } | Command::Check { .. } => unreachable!("handled above"),
+        Command::Dump { .. } | Command::Check { .. } | Command::Run { .. } | Command::Watch { .. } => {
+            unreachable!("handled above")
+        }
     }
     Ok(Outcome {
         warnings: warnings(&models),
-        failed: false,
+        ..Outcome::default()
     })
 }
 
@@ -252,6 +288,9 @@ fn kind_name(r: &Record) -> &'static str {
         Record::Counters { .. } => "counter snapshots",
         Record::Rss { .. } => "RSS samples",
         Record::Totals { .. } => "process totals",
+        Record::ProcStart { .. } => "processes seen",
+        Record::ProcRss { .. } => "process memory samples",
+        Record::ProcExit { .. } => "process exits",
         Record::Jemalloc { .. } => "jemalloc samples",
         Record::External { .. } => "external memory changes",
         Record::Fingerprint { .. } => "fingerprints",

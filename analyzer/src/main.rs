@@ -2,9 +2,11 @@
 //! exit codes. A closed stdout (`heaptag report x | head`) is success.
 //!
 //! Exit codes: 0 success (warnings about damaged logs go to stderr); 1 a
-//! `heaptag check` rule is broken; 2 bad usage, a bad policy or baseline, or
-//! a log that cannot be read at all (missing, not a heaptag log, newer
-//! format, damaged header).
+//! `heaptag check` rule is broken; 2 bad usage, a bad policy or baseline, a
+//! log that cannot be read at all (missing, not a heaptag log, newer format,
+//! damaged header), or a process that does not exist or cannot be read;
+//! `heaptag run` passes its command's exit code through (128 + signal when
+//! the command was killed) and exits 127 when the command cannot start.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -110,6 +112,29 @@ enum Cmd {
         #[arg(long, value_enum, default_value = "text")]
         format: CheckFormat,
     },
+    /// Start a command and sample its memory and its children's (VmRSS,
+    /// VmHWM, RssAnon, RssFile, RssShmem, Pss) into a log; pass its exit
+    /// code through and forward Ctrl-C / SIGTERM to it. A command linking
+    /// heaptag gets HEAPTAG_LOG beside the log, and `heaptag report` merges
+    /// both on one time line.
+    ///
+    /// Example: heaptag run --interval 100ms --log bench.htlog -- ./prover --bench
+    Run {
+        #[command(flatten)]
+        watch: WatchArgs,
+        /// The command and its arguments.
+        #[arg(required = true, last = true, value_name = "CMD")]
+        cmd: Vec<std::ffi::OsString>,
+    },
+    /// Sample a running process (and its children) until it exits or Ctrl-C.
+    ///
+    /// Example: heaptag watch 4242 --log prover.htlog
+    Watch {
+        /// The process id.
+        pid: u32,
+        #[command(flatten)]
+        watch: WatchArgs,
+    },
     /// What a log holds: header, counts of each record kind, damage found.
     ///
     /// Example: heaptag dump run-1234.htlog
@@ -120,6 +145,46 @@ enum Cmd {
         #[arg(long)]
         records: bool,
     },
+}
+
+#[derive(Args, Debug)]
+struct WatchArgs {
+    /// Time between samples (e.g. 100ms, 1s).
+    #[arg(long, default_value = "100ms", value_parser = parse_interval)]
+    interval: std::time::Duration,
+    /// The log to write (default: heaptag-run-<pid>.htlog here).
+    #[arg(long, value_name = "FILE")]
+    log: Option<PathBuf>,
+    /// Do not follow child processes.
+    #[arg(long)]
+    no_children: bool,
+}
+
+fn parse_interval(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let n: u64 = t[..split]
+        .parse()
+        .map_err(|_| format!("{s:?}: expected a duration such as 100ms or 1s"))?;
+    let d = match &t[split..] {
+        "" | "ms" => std::time::Duration::from_millis(n),
+        "s" => std::time::Duration::from_secs(n),
+        _ => return Err(format!("{s:?}: expected a duration such as 100ms or 1s")),
+    };
+    if d.is_zero() {
+        return Err("the interval must be more than 0".into());
+    }
+    Ok(d)
+}
+
+fn watch_config(w: WatchArgs) -> heaptag_analyzer::watch::WatchConfig {
+    heaptag_analyzer::watch::WatchConfig {
+        interval: w.interval,
+        log: w
+            .log
+            .unwrap_or_else(|| PathBuf::from(format!("heaptag-run-{}.htlog", std::process::id()))),
+        children: !w.no_children,
+    }
 }
 
 /// `heaptag check`'s formats: the report formats plus JUnit XML.
@@ -159,6 +224,14 @@ fn main() -> ExitCode {
             csv,
         },
         Cmd::Dump { log, records } => Command::Dump { log, records },
+        Cmd::Run { watch, cmd } => Command::Run {
+            cfg: watch_config(watch),
+            cmd,
+        },
+        Cmd::Watch { pid, watch } => Command::Watch {
+            cfg: watch_config(watch),
+            pid,
+        },
         Cmd::Check {
             logs,
             policy,
@@ -185,13 +258,19 @@ fn main() -> ExitCode {
             for w in outcome.warnings {
                 eprintln!("heaptag: warning: {w}");
             }
-            if outcome.failed {
+            if let Some(code) = outcome.exit_code {
+                ExitCode::from(code.clamp(0, 255) as u8)
+            } else if outcome.failed {
                 ExitCode::from(1)
             } else {
                 ExitCode::SUCCESS
             }
         }
         Err(Error::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e @ Error::Watch(heaptag_analyzer::watch::WatchError::CannotStart(..))) => {
+            eprintln!("heaptag: {e}");
+            ExitCode::from(127)
+        }
         Err(e) => {
             eprintln!("heaptag: {e}");
             ExitCode::from(2)

@@ -217,6 +217,25 @@ pub struct Sym {
     pub line: u32,
 }
 
+/// A process sampled by `heaptag run` / `heaptag watch`.
+#[derive(Clone, Debug, Default)]
+pub struct ProcAcc {
+    /// Its pid.
+    pub pid: u32,
+    /// Its parent.
+    pub ppid: u32,
+    /// Its command line.
+    pub cmdline: String,
+    /// (time ns, VmRSS) at each sample.
+    pub samples: Vec<(u64, u64)>,
+    /// Highest VmRSS sampled, and when.
+    pub peak: (u64, u64),
+    /// Highest Pss sampled.
+    pub pss_peak: u64,
+    /// Exit code when it ended (-1: unknown).
+    pub exit: Option<i32>,
+}
+
 /// Everything the reports need from one log.
 #[derive(Debug, Default)]
 pub struct Model {
@@ -248,6 +267,8 @@ pub struct Model {
     pub rss_series: Vec<u64>,
     /// Marks.
     pub marks: Vec<(u64, String)>,
+    /// Processes sampled from outside (`heaptag run` / `watch` logs).
+    pub procs: Vec<ProcAcc>,
     /// Events dropped by the writer (largest count seen).
     pub dropped: u64,
     /// Latest time seen, ns.
@@ -683,6 +704,44 @@ impl Model {
                 self.dropped = self.dropped.max(dropped);
             }
             Record::Pad { .. } => {}
+            Record::ProcStart {
+                time_ns,
+                pid,
+                ppid,
+                cmdline,
+            } => {
+                self.time(time_ns);
+                if !self.procs.iter().any(|p| p.pid == pid) {
+                    self.procs.push(ProcAcc {
+                        pid,
+                        ppid,
+                        cmdline,
+                        ..ProcAcc::default()
+                    });
+                }
+            }
+            Record::ProcRss {
+                time_ns,
+                pid,
+                vm_rss,
+                pss,
+                ..
+            } => {
+                let t = self.time(time_ns);
+                if let Some(p) = self.procs.iter_mut().find(|p| p.pid == pid) {
+                    p.samples.push((t, vm_rss));
+                    if vm_rss > p.peak.0 {
+                        p.peak = (vm_rss, t);
+                    }
+                    p.pss_peak = p.pss_peak.max(pss);
+                }
+            }
+            Record::ProcExit { time_ns, pid, code } => {
+                self.time(time_ns);
+                if let Some(p) = self.procs.iter_mut().find(|p| p.pid == pid) {
+                    p.exit = Some(code);
+                }
+            }
         }
     }
 

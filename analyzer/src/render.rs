@@ -198,8 +198,50 @@ pub fn report(r: &Report, f: Format, out: &mut dyn Write) -> io::Result<()> {
         for (t, l) in &s.marks {
             writeln!(out, "{bullet}mark:            {t:.3} s  {l}")?;
         }
-        heading(f, out, 3, "Per tag")?;
-        tag_table(&s.tags, f, out)?;
+        if !s.processes.is_empty() {
+            heading(f, out, 3, "Processes (sampled from /proc)")?;
+            let mut t = Table::new(&[
+                "pid",
+                "<command",
+                "peak RSS",
+                "at",
+                "peak Pss",
+                "samples",
+                "exit",
+                "<RSS over time",
+            ]);
+            for p in &s.processes {
+                let series: Vec<u64> = p.rss.iter().map(|&(_, b)| b).collect();
+                let top = series.iter().copied().max().unwrap_or(1).max(1);
+                let chart: String = columns(&series, 40)
+                    .iter()
+                    .map(|&b| BARS[((b * 7) / top) as usize])
+                    .collect();
+                let mut cmd = p.command.clone();
+                if cmd.chars().count() > 40 {
+                    cmd = cmd.chars().take(39).collect::<String>() + "…";
+                }
+                t.row(vec![
+                    p.pid.to_string(),
+                    cmd,
+                    bytes(p.peak_rss.bytes),
+                    format!("{:.3} s", p.peak_rss.time_s),
+                    if p.peak_pss_bytes == 0 {
+                        "-".into()
+                    } else {
+                        bytes(p.peak_pss_bytes)
+                    },
+                    p.samples.to_string(),
+                    p.exit_code.map_or("running".into(), |c| c.to_string()),
+                    chart,
+                ]);
+            }
+            t.write(f, out)?;
+        }
+        if !s.tags.is_empty() {
+            heading(f, out, 3, "Per tag")?;
+            tag_table(&s.tags, f, out)?;
+        }
         if let Some(d) = &s.decomposition {
             heading(f, out, 3, &format!("RSS at its peak ({:.3} s), taken apart", d.time_s))?;
             let mut t = Table::new(&["part", "bytes", "<how known"]);
@@ -263,6 +305,21 @@ pub fn report(r: &Report, f: Format, out: &mut dyn Write) -> io::Result<()> {
     if let Some(c) = &r.combined {
         heading(f, out, 2, "All logs combined (peaks summed: an upper bound)")?;
         tag_table(c, f, out)?;
+    }
+    if !r.phases.is_empty() {
+        heading(f, out, 2, "RSS peak per phase (marks and samples on one time line)")?;
+        let mut t = Table::new(&["<phase", "from", "to", "pid", "peak RSS", "at"]);
+        for p in &r.phases {
+            t.row(vec![
+                p.phase.clone(),
+                format!("{:.3} s", p.from_s),
+                p.to_s.map_or("end".into(), |e| format!("{e:.3} s")),
+                p.pid.to_string(),
+                bytes(p.peak_rss.bytes),
+                format!("{:.3} s", p.peak_rss.time_s),
+            ]);
+        }
+        t.write(f, out)?;
     }
     Ok(())
 }

@@ -169,6 +169,45 @@ pub struct ReportSection {
     pub decomposition: Option<Decomposition>,
     /// Named points in the run: (seconds, label).
     pub marks: Vec<(f64, String)>,
+    /// Processes sampled from outside (`heaptag run` / `heaptag watch`).
+    pub processes: Vec<ProcRow>,
+}
+
+/// A process sampled by `heaptag run` / `heaptag watch`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProcRow {
+    /// Its pid.
+    pub pid: u32,
+    /// Its parent's pid.
+    pub ppid: u32,
+    /// Its command line.
+    pub command: String,
+    /// Highest VmRSS sampled, and when.
+    pub peak_rss: At,
+    /// Highest Pss sampled (0 when unreadable).
+    pub peak_pss_bytes: u64,
+    /// Samples taken.
+    pub samples: usize,
+    /// Exit code (128 + signal when killed; -1 unknown; null: still running).
+    pub exit_code: Option<i32>,
+    /// VmRSS at each sample: (seconds, bytes).
+    pub rss: Vec<(f64, u64)>,
+}
+
+/// The RSS peak of a sampled process within one phase (between two marks of
+/// a program's log, on the wall clock shared by the logs).
+#[derive(Clone, Debug, Serialize)]
+pub struct PhaseRow {
+    /// The mark that starts the phase (`(start)` before the first).
+    pub phase: String,
+    /// Phase start, seconds after the earliest log's start.
+    pub from_s: f64,
+    /// Phase end (`None`: the end of the sampling).
+    pub to_s: Option<f64>,
+    /// The process.
+    pub pid: u32,
+    /// Highest VmRSS sampled in the phase, and when (seconds after the earliest log's start).
+    pub peak_rss: At,
 }
 
 /// `heaptag report`.
@@ -181,6 +220,74 @@ pub struct Report {
     /// With several logs: per tag, summed over the logs (peaks summed too,
     /// which bounds the combined peak from above).
     pub combined: Option<Vec<TagRow>>,
+    /// With a `heaptag run`/`watch` log and a log with marks: each sampled
+    /// process's RSS peak per phase, on one time line.
+    pub phases: Vec<PhaseRow>,
+}
+
+fn procs(m: &Model) -> Vec<ProcRow> {
+    m.procs
+        .iter()
+        .map(|p| ProcRow {
+            pid: p.pid,
+            ppid: p.ppid,
+            command: p.cmdline.clone(),
+            peak_rss: At {
+                bytes: p.peak.0,
+                time_s: secs(p.peak.1),
+            },
+            peak_pss_bytes: p.pss_peak,
+            samples: p.samples.len(),
+            exit_code: p.exit,
+            rss: p.samples.iter().map(|&(t, b)| (secs(t), b)).collect(),
+        })
+        .collect()
+}
+
+/// Per-phase RSS peaks: marks from any log split the time line; samples from
+/// any `run`/`watch` log are placed on it by each log's wall-clock start.
+fn phases(models: &[Model]) -> Vec<PhaseRow> {
+    let origin = models.iter().map(|m| m.header.start_wall_ns).min().unwrap_or(0);
+    let shift = |m: &Model, t: u64| m.header.start_wall_ns.saturating_sub(origin) + t;
+    let mut marks: Vec<(u64, String)> = models
+        .iter()
+        .flat_map(|m| m.marks.iter().map(move |(t, l)| (shift(m, *t), l.clone())))
+        .collect();
+    if marks.is_empty() || models.iter().all(|m| m.procs.is_empty()) {
+        return Vec::new();
+    }
+    marks.sort();
+    let mut bounds: Vec<(String, u64, Option<u64>)> = Vec::new();
+    bounds.push(("(start)".into(), 0, Some(marks[0].0)));
+    for (i, (t, l)) in marks.iter().enumerate() {
+        bounds.push((l.clone(), *t, marks.get(i + 1).map(|m| m.0)));
+    }
+    let mut out = Vec::new();
+    for m in models {
+        for p in &m.procs {
+            for (label, from, to) in &bounds {
+                let best = p
+                    .samples
+                    .iter()
+                    .map(|&(t, b)| (shift(m, t), b))
+                    .filter(|&(t, _)| t >= *from && to.is_none_or(|e| t < e))
+                    .max_by_key(|&(t, b)| (b, std::cmp::Reverse(t)));
+                if let Some((t, b)) = best {
+                    out.push(PhaseRow {
+                        phase: label.clone(),
+                        from_s: secs(*from),
+                        to_s: to.map(secs),
+                        pid: p.pid,
+                        peak_rss: At {
+                            bytes: b,
+                            time_s: secs(t),
+                        },
+                    });
+                }
+            }
+        }
+    }
+    out
 }
 
 fn tag_rows(m: &Model) -> Vec<TagRow> {
@@ -219,12 +326,22 @@ pub fn report(models: &[Model]) -> Report {
         .iter()
         .map(|m| ReportSection {
             source: Source::of(m),
-            peak_rss: m.rss_peak.as_ref().and_then(|c| {
-                c.rss.map(|b| At {
-                    bytes: b,
-                    time_s: secs(c.time_ns),
+            peak_rss: m
+                .rss_peak
+                .as_ref()
+                .and_then(|c| {
+                    c.rss.map(|b| At {
+                        bytes: b,
+                        time_s: secs(c.time_ns),
+                    })
                 })
-            }),
+                .or_else(|| {
+                    // A run/watch log: the highest sampled process.
+                    m.procs.iter().map(|p| p.peak).max().map(|(b, t)| At {
+                        bytes: b,
+                        time_s: secs(t),
+                    })
+                }),
             peak_attributed: At {
                 bytes: m.attributed_peak.0,
                 time_s: secs(m.attributed_peak.2),
@@ -233,6 +350,7 @@ pub fn report(models: &[Model]) -> Report {
             tags: tag_rows(m),
             decomposition: m.rss_peak.as_ref().and_then(|c| decomposition(m, c)),
             marks: m.marks.iter().map(|(t, l)| (secs(*t), l.clone())).collect(),
+            processes: procs(m),
         })
         .collect();
     let combined = (sources.len() > 1).then(|| {
@@ -272,6 +390,7 @@ pub fn report(models: &[Model]) -> Report {
         schema_version: SCHEMA_VERSION,
         sources,
         combined,
+        phases: phases(models),
     }
 }
 

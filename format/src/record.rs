@@ -178,6 +178,47 @@ pub enum Record {
         /// heaptag's own memory (tables, buffers; not in any tag).
         overhead: u64,
     },
+    /// A process `heaptag run` / `heaptag watch` samples (written when it is
+    /// first seen).
+    ProcStart {
+        /// Nanoseconds since the log's start.
+        time_ns: u64,
+        /// Its pid.
+        pid: u32,
+        /// Its parent's pid.
+        ppid: u32,
+        /// Its command line.
+        cmdline: String,
+    },
+    /// Memory of a sampled process, from `/proc/PID/status` and
+    /// `smaps_rollup`, in bytes.
+    ProcRss {
+        /// Nanoseconds since the log's start.
+        time_ns: u64,
+        /// The process.
+        pid: u32,
+        /// VmRSS.
+        vm_rss: u64,
+        /// VmHWM.
+        vm_hwm: u64,
+        /// RssAnon.
+        rss_anon: u64,
+        /// RssFile.
+        rss_file: u64,
+        /// RssShmem.
+        rss_shmem: u64,
+        /// Pss from smaps_rollup (0 when not readable).
+        pss: u64,
+    },
+    /// A sampled process ended.
+    ProcExit {
+        /// Nanoseconds since the log's start.
+        time_ns: u64,
+        /// The process.
+        pid: u32,
+        /// Exit code (0-255), or 128 + signal number when killed; -1 unknown.
+        code: i32,
+    },
     /// The process's memory from `/proc/self/status`, in bytes.
     Rss {
         /// Nanoseconds since the log's start.
@@ -290,6 +331,9 @@ mod kind {
     pub const PAD: u8 = 17;
     pub const REALLOC_BEGIN: u8 = 18;
     pub const TOTALS: u8 = 19;
+    pub const PROC_START: u8 = 20;
+    pub const PROC_RSS: u8 = 21;
+    pub const PROC_EXIT: u8 = 22;
 }
 
 /// Delta state of one frame, shared by the encoder and the decoder.
@@ -483,6 +527,41 @@ impl Record {
                 for v in [live, tracked, overhead] {
                     put_varint(out, *v);
                 }
+            }
+            Record::ProcStart {
+                time_ns,
+                pid,
+                ppid,
+                cmdline,
+            } => {
+                out.put(&[PROC_START]);
+                d.time(out, *time_ns);
+                put_varint(out, u64::from(*pid));
+                put_varint(out, u64::from(*ppid));
+                put_str(out, cmdline);
+            }
+            Record::ProcRss {
+                time_ns,
+                pid,
+                vm_rss,
+                vm_hwm,
+                rss_anon,
+                rss_file,
+                rss_shmem,
+                pss,
+            } => {
+                out.put(&[PROC_RSS]);
+                d.time(out, *time_ns);
+                put_varint(out, u64::from(*pid));
+                for v in [vm_rss, vm_hwm, rss_anon, rss_file, rss_shmem, pss] {
+                    put_varint(out, *v);
+                }
+            }
+            Record::ProcExit { time_ns, pid, code } => {
+                out.put(&[PROC_EXIT]);
+                d.time(out, *time_ns);
+                put_varint(out, u64::from(*pid));
+                put_varint(out, zigzag(i64::from(*code)));
             }
             Record::Rss {
                 time_ns,
@@ -702,6 +781,27 @@ impl Record {
                 live: c.varint()?,
                 tracked: c.varint()?,
                 overhead: c.varint()?,
+            },
+            PROC_START => Record::ProcStart {
+                time_ns: d.read_time(c)?,
+                pid: c.varint32()?,
+                ppid: c.varint32()?,
+                cmdline: c.string()?,
+            },
+            PROC_RSS => Record::ProcRss {
+                time_ns: d.read_time(c)?,
+                pid: c.varint32()?,
+                vm_rss: c.varint()?,
+                vm_hwm: c.varint()?,
+                rss_anon: c.varint()?,
+                rss_file: c.varint()?,
+                rss_shmem: c.varint()?,
+                pss: c.varint()?,
+            },
+            PROC_EXIT => Record::ProcExit {
+                time_ns: d.read_time(c)?,
+                pid: c.varint32()?,
+                code: i32::try_from(c.svarint()?).unwrap_or(-1),
             },
             RSS => Record::Rss {
                 time_ns: d.read_time(c)?,

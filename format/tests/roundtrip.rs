@@ -175,6 +175,25 @@ fn arb_record() -> impl Strategy<Value = Record> {
         }),
         (t, any::<u64>()).prop_map(|(time_ns, dropped)| Record::End { time_ns, dropped }),
         (0u32..300).prop_map(|len| Record::Pad { len }),
+        (t, any::<u32>(), any::<u32>(), ".*").prop_map(|(time_ns, pid, ppid, cmdline)| Record::ProcStart {
+            time_ns,
+            pid,
+            ppid,
+            cmdline
+        }),
+        (t, any::<u32>(), any::<(u64, u64, u64, u64, u64, u64)>()).prop_map(|(time_ns, pid, (a, b, c, d, e, f))| {
+            Record::ProcRss {
+                time_ns,
+                pid,
+                vm_rss: a,
+                vm_hwm: b,
+                rss_anon: c,
+                rss_file: d,
+                rss_shmem: e,
+                pss: f,
+            }
+        }),
+        (t, any::<u32>(), any::<i32>()).prop_map(|(time_ns, pid, code)| Record::ProcExit { time_ns, pid, code }),
         (t, any::<(u64, u64, u64)>()).prop_map(|(time_ns, (live, tracked, overhead))| Record::Totals {
             time_ns,
             live,

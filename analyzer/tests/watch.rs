@@ -1,0 +1,156 @@
+//! `heaptag run` and `heaptag watch`: sampled peaks at the right size and
+//! time, exit codes passed through (signals too), clear errors.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use heaptag_analyzer::{run, Command as Cmd, Format};
+
+const TOY_MIB: u64 = 256;
+
+/// In the child: touch TOY_MIB MiB for 0.5 s, free it, wait 0.4 s, exit.
+fn toy_child() -> bool {
+    if std::env::var_os("HEAPTAG_TOY").is_none() {
+        return false;
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let mut v = vec![0u8; (TOY_MIB << 20) as usize];
+    for i in (0..v.len()).step_by(4096) {
+        v[i] = 1;
+    }
+    std::hint::black_box(&v);
+    std::thread::sleep(Duration::from_millis(500));
+    drop(v);
+    std::thread::sleep(Duration::from_millis(400));
+    let code: i32 = std::env::var("HEAPTAG_TOY").unwrap().parse().unwrap();
+    std::process::exit(code);
+}
+
+fn heaptag(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_heaptag"));
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn report(log: &std::path::Path) -> serde_json::Value {
+    let mut out = Vec::new();
+    run(
+        &Cmd::Report {
+            logs: vec![log.to_path_buf()],
+            format: Format::Json,
+        },
+        &mut out,
+    )
+    .unwrap();
+    serde_json::from_slice(&out).unwrap()
+}
+
+#[test]
+fn run_samples_the_peak_at_its_time_and_passes_the_exit_code() {
+    if toy_child() {
+        return;
+    }
+    let log = common::temp("run-toy");
+    let _ = std::fs::remove_file(&log);
+    let exe = std::env::current_exe().unwrap();
+    let (code, stdout, stderr) = heaptag(
+        &[
+            "run",
+            "--interval",
+            "20ms",
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            exe.to_str().unwrap(),
+            "run_samples_the_peak_at_its_time_and_passes_the_exit_code",
+            "--exact",
+            "--nocapture",
+        ],
+        &[("HEAPTAG_TOY", "7")],
+    );
+    assert_eq!(code, 7, "the command's exit code passes through: {stdout}{stderr}");
+    let r = report(&log);
+    let p = &r["sources"][0]["processes"][0];
+    let peak = p["peak_rss"]["bytes"].as_u64().unwrap();
+    let at = p["peak_rss"]["time_s"].as_f64().unwrap();
+    // The toy holds 256 MiB from ~0.2 s to ~0.7 s; the test binary itself
+    // is a few MiB. Tolerance: the sample interval and the binary's own RSS.
+    assert!(peak >= (TOY_MIB << 20) * 95 / 100, "peak {peak}");
+    assert!(peak <= (TOY_MIB + 64) << 20, "peak {peak}");
+    assert!((0.15..0.9).contains(&at), "peak at {at} s");
+    assert_eq!(p["exit_code"], 7);
+    let rss = p["rss"].as_array().unwrap();
+    assert!(rss.len() >= 20, "about 50 samples at 20 ms: {}", rss.len());
+    let last = rss.last().unwrap()[1].as_u64().unwrap();
+    assert!(last < peak / 2, "the free shows: last sample {last}");
+    // The text report shows the process table.
+    let (code, text, _) = heaptag(&["report", log.to_str().unwrap()], &[]);
+    assert_eq!(code, 0);
+    assert!(text.contains("Processes (sampled from /proc)"), "{text}");
+}
+
+#[test]
+fn death_by_signal_passes_through_as_128_plus_signal() {
+    let log = common::temp("run-killed");
+    let _ = std::fs::remove_file(&log);
+    let (code, _, stderr) = heaptag(
+        &[
+            "run",
+            "--interval",
+            "10ms",
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "kill -9 $$",
+        ],
+        &[],
+    );
+    assert_eq!(code, 128 + 9, "{stderr}");
+    assert_eq!(report(&log)["sources"][0]["processes"][0]["exit_code"], 137);
+}
+
+#[test]
+fn watch_follows_a_running_process_until_it_exits() {
+    let mut sleeper = Command::new("sleep").arg("0.5").spawn().unwrap();
+    let log = common::temp("watch-sleep");
+    let _ = std::fs::remove_file(&log);
+    let pid = sleeper.id().to_string();
+    let (code, _, stderr) = heaptag(
+        &["watch", &pid, "--interval", "20ms", "--log", log.to_str().unwrap()],
+        &[],
+    );
+    sleeper.wait().unwrap();
+    assert_eq!(code, 0, "{stderr}");
+    let r = report(&log);
+    let p = &r["sources"][0]["processes"][0];
+    assert_eq!(p["pid"].as_u64().unwrap().to_string(), pid);
+    assert!(p["samples"].as_u64().unwrap() >= 5, "{p}");
+    assert!(p["command"].as_str().unwrap().starts_with("sleep"), "{p}");
+}
+
+#[test]
+fn errors_are_one_clear_line() {
+    let (code, _, stderr) = heaptag(&["watch", "4194303", "--log", "/tmp/never.htlog"], &[]);
+    assert_eq!(code, 2);
+    assert_eq!(stderr.trim(), "heaptag: no process 4194303");
+    let (code, _, stderr) = heaptag(&["run", "--log", "/tmp/never2.htlog", "--", "/nonexistent/prover"], &[]);
+    assert_eq!(code, 127);
+    assert!(
+        stderr.starts_with("heaptag: cannot start `/nonexistent/prover`"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = heaptag(&["run", "--interval", "fast", "--", "true"], &[]);
+    assert_eq!(code, 2, "{stderr}");
+}
