@@ -154,3 +154,38 @@ fn errors_are_one_clear_line() {
     let (code, _, stderr) = heaptag(&["run", "--interval", "fast", "--", "true"], &[]);
     assert_eq!(code, 2, "{stderr}");
 }
+
+#[test]
+fn sigterm_to_heaptag_run_is_forwarded_to_the_command() {
+    let log = common::temp("run-forward");
+    let _ = std::fs::remove_file(&log);
+    let mut h = Command::new(env!("CARGO_BIN_EXE_heaptag"))
+        .args([
+            "run",
+            "--interval",
+            "10ms",
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            "sleep",
+            "30",
+        ])
+        .spawn()
+        .unwrap();
+    // Wait until the command runs (the log has its first frame).
+    let t0 = std::time::Instant::now();
+    while std::fs::metadata(&log).map_or(0, |m| m.len()) < 64 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "heaptag run never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: signals the heaptag process started above.
+    unsafe { libc::kill(h.id() as i32, libc::SIGTERM) };
+    let status = h.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(128 + 15),
+        "sleep got SIGTERM and its code came back: {status:?}"
+    );
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    assert_eq!(report(&log)["sources"][0]["processes"][0]["exit_code"], 143);
+}
