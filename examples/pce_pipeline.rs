@@ -231,9 +231,13 @@ fn pce_for(args: &Args, cached: Option<&Arc<Pce>>) -> Arc<Pce> {
 /// `--pce race`: every job extracts the PCE itself when the cache is empty
 /// (no lock around the extraction), then keeps the first one stored; the
 /// loser's copy lives until it finds out, then is dropped.
-fn race_extract(args: &Args, cache: &Mutex<Option<Arc<Pce>>>) -> Arc<Pce> {
-    if let Some(p) = cache.lock().unwrap().as_ref() {
-        return p.clone();
+fn race_extract(args: &Args, cache: &Mutex<Option<Arc<Pce>>>, all_looked: &Barrier) -> Arc<Pce> {
+    let empty = cache.lock().unwrap().is_none();
+    // Every job has looked at the cache before any extracts: the race is
+    // certain, not a matter of scheduling.
+    all_looked.wait();
+    if !empty {
+        return cache.lock().unwrap().clone().expect("cache was filled");
     }
     let mine = {
         let _s = heaptag::stage("pce_load");
@@ -355,16 +359,15 @@ pub fn run(argv: &[String]) -> i32 {
     // scheduler's batch. That is when per-partition copies pile up.
     let admitted = Barrier::new(args.jobs as usize);
     let race_cache: Mutex<Option<Arc<Pce>>> = Mutex::new(None);
-    let started_jobs = Barrier::new(args.jobs as usize);
+    let all_looked = Barrier::new(args.jobs as usize);
     std::thread::scope(|s| {
         for job in 1..=args.jobs {
             let dtx = dtx.clone();
-            let (admitted, started_jobs, race_cache) = (&admitted, &started_jobs, &race_cache);
+            let (admitted, all_looked, race_cache) = (&admitted, &all_looked, &race_cache);
             s.spawn(move || {
                 let _j = heaptag::job(job);
                 let job_tag = heaptag::current();
-                started_jobs.wait();
-                let cached = (args.mode == Mode::Race).then(|| race_extract(args, race_cache));
+                let cached = (args.mode == Mode::Race).then(|| race_extract(args, race_cache, all_looked));
                 // Setup: each partition's context gets its PCE, under its tag.
                 let contexts: Vec<(Tag, Arc<Pce>)> = (0..args.partitions)
                     .map(|part| {
