@@ -257,7 +257,7 @@ fn evaluate(
             (bytes(max), bytes(worst.0), worst.0 <= max)
         }
         Limit::MaxRss(max) => {
-            let peak = m.rss_peak.as_ref().and_then(|c| c.rss.map(|r| (r, c.time_ns)));
+            let peak = m.peak_rss();
             let v = peak.map_or(0, |p| p.0);
             if let Some((r, t)) = peak.filter(|p| p.0 > max) {
                 offenders.push(format!(
@@ -272,15 +272,18 @@ fn evaluate(
             let v = m
                 .rss_peak
                 .as_ref()
-                .and_then(|c| Some(c.rss? as i64 - c.jemalloc?.1 as i64))
-                .unwrap_or(0);
-            if v > max as i64 {
+                .and_then(|c| Some(c.rss? as i64 - c.jemalloc?.1 as i64));
+            if let Some(v) = v.filter(|&v| v > max as i64) {
                 offenders.push(format!(
                     "{} of the RSS peak was outside jemalloc (C/C++ malloc, mmaps, pinned buffers, stacks)",
                     bytes(v as u64)
                 ));
             }
-            (bytes(max), bytes(v.max(0) as u64), v <= max as i64)
+            let found = v.map_or_else(
+                || "n/a (no jemalloc statistics in this log)".into(),
+                |v| bytes(v.max(0) as u64),
+            );
+            (bytes(max), found, v.is_none_or(|v| v <= max as i64))
         }
         Limit::MaxUnattributed(max) => {
             let untagged: Vec<u32> = m

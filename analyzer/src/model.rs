@@ -806,6 +806,15 @@ impl Model {
         self.tag_acc.get(tag as usize).map_or(0, |a| a.tracked + a.small)
     }
 
+    /// Highest RSS and when: the process's own samples, or for a `run` /
+    /// `watch` log the highest sampled process.
+    pub fn peak_rss(&self) -> Option<(u64, u64)> {
+        self.rss_peak
+            .as_ref()
+            .and_then(|c| c.rss.map(|r| (r, c.time_ns)))
+            .or_else(|| self.procs.iter().map(|p| p.peak).max())
+    }
+
     /// Whether the log holds any fingerprints.
     pub fn has_fingerprints(&self) -> bool {
         self.intervals.iter().any(|i| i.fp.is_some())

@@ -326,22 +326,10 @@ pub fn report(models: &[Model]) -> Report {
         .iter()
         .map(|m| ReportSection {
             source: Source::of(m),
-            peak_rss: m
-                .rss_peak
-                .as_ref()
-                .and_then(|c| {
-                    c.rss.map(|b| At {
-                        bytes: b,
-                        time_s: secs(c.time_ns),
-                    })
-                })
-                .or_else(|| {
-                    // A run/watch log: the highest sampled process.
-                    m.procs.iter().map(|p| p.peak).max().map(|(b, t)| At {
-                        bytes: b,
-                        time_s: secs(t),
-                    })
-                }),
+            peak_rss: m.peak_rss().map(|(b, t)| At {
+                bytes: b,
+                time_s: secs(t),
+            }),
             peak_attributed: At {
                 bytes: m.attributed_peak.0,
                 time_s: secs(m.attributed_peak.2),

@@ -97,6 +97,15 @@ fn run_samples_the_peak_at_its_time_and_passes_the_exit_code() {
     let (code, text, _) = heaptag(&["report", log.to_str().unwrap()], &[]);
     assert_eq!(code, 0);
     assert!(text.contains("Processes (sampled from /proc)"), "{text}");
+    // max_rss applies to sampled processes too.
+    let policy = log.with_extension("toml");
+    std::fs::write(&policy, "[[rule]]\nmax_rss = \"100 MiB\"\n").unwrap();
+    let (code, text, _) = heaptag(
+        &["check", "--policy", policy.to_str().unwrap(), log.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, 1, "{text}");
+    assert!(text.contains("FAIL") && text.contains("max_rss"), "{text}");
 }
 
 #[test]
