@@ -304,7 +304,22 @@ pub fn report(r: &Report, f: Format, out: &mut dyn Write) -> io::Result<()> {
     }
     if let Some(c) = &r.combined {
         heading(f, out, 2, "All logs combined (peaks summed: an upper bound)")?;
-        tag_table(c, f, out)?;
+        let mut head: Vec<String> = vec!["tag".into(), "peak live (sum)".into()];
+        head.extend(r.sources.iter().map(|s| format!("peak in pid {}", s.source.pid)));
+        head.extend(["live at end".into(), "allocated".into(), "allocations".into()]);
+        let head_refs: Vec<&str> = head.iter().map(String::as_str).collect();
+        let mut t = Table::new(&head_refs);
+        for row in c {
+            let mut cells = vec![row.total.tag.clone(), bytes(row.total.peak_live.bytes)];
+            cells.extend(row.peak_by_source.iter().map(|&b| bytes(b)));
+            cells.extend([
+                bytes(row.total.live_end_bytes),
+                bytes(row.total.allocated_bytes),
+                row.total.allocations.to_string(),
+            ]);
+            t.row(cells);
+        }
+        t.write(f, out)?;
     }
     if !r.phases.is_empty() {
         heading(f, out, 2, "RSS peak per phase (marks and samples on one time line)")?;

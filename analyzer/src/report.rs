@@ -173,6 +173,16 @@ pub struct ReportSection {
     pub processes: Vec<ProcRow>,
 }
 
+/// A tag over several logs.
+#[derive(Clone, Debug, Serialize)]
+pub struct CombinedRow {
+    /// The figures summed over the logs.
+    #[serde(flatten)]
+    pub total: TagRow,
+    /// The tag's peak live bytes in each log, in the order of `sources`.
+    pub peak_by_source: Vec<u64>,
+}
+
 /// A process sampled by `heaptag run` / `heaptag watch`.
 #[derive(Clone, Debug, Serialize)]
 pub struct ProcRow {
@@ -218,8 +228,8 @@ pub struct Report {
     /// One section per log.
     pub sources: Vec<ReportSection>,
     /// With several logs: per tag, summed over the logs (peaks summed too,
-    /// which bounds the combined peak from above).
-    pub combined: Option<Vec<TagRow>>,
+    /// which bounds the combined peak from above), with each log's peak.
+    pub combined: Option<Vec<CombinedRow>>,
     /// With a `heaptag run`/`watch` log and a log with marks: each sampled
     /// process's RSS peak per phase, on one time line.
     pub phases: Vec<PhaseRow>,
@@ -342,25 +352,30 @@ pub fn report(models: &[Model]) -> Report {
         })
         .collect();
     let combined = (sources.len() > 1).then(|| {
-        let mut by: BTreeMap<TagKey, TagRow> = BTreeMap::new();
-        for s in &sources {
+        let mut by: BTreeMap<TagKey, CombinedRow> = BTreeMap::new();
+        for (i, s) in sources.iter().enumerate() {
             for r in &s.tags {
                 let key = TagKey {
                     job: r.job,
                     stage: r.stage.clone(),
                     partition: r.partition,
                 };
-                let e = by.entry(key).or_insert_with(|| TagRow {
-                    peak_live: At { bytes: 0, time_s: 0.0 },
-                    peak_tracked_bytes: 0,
-                    live_end_bytes: 0,
-                    live_end_tracked_bytes: 0,
-                    live_end_stderr_bytes: 0,
-                    allocated_bytes: 0,
-                    allocations: 0,
-                    external_bytes: 0,
-                    ..r.clone()
+                let c = by.entry(key).or_insert_with(|| CombinedRow {
+                    total: TagRow {
+                        peak_live: At { bytes: 0, time_s: 0.0 },
+                        peak_tracked_bytes: 0,
+                        live_end_bytes: 0,
+                        live_end_tracked_bytes: 0,
+                        live_end_stderr_bytes: 0,
+                        allocated_bytes: 0,
+                        allocations: 0,
+                        external_bytes: 0,
+                        ..r.clone()
+                    },
+                    peak_by_source: vec![0; sources.len()],
                 });
+                c.peak_by_source[i] = r.peak_live.bytes;
+                let e = &mut c.total;
                 e.peak_live.bytes += r.peak_live.bytes;
                 e.peak_tracked_bytes += r.peak_tracked_bytes;
                 e.live_end_bytes += r.live_end_bytes;

@@ -195,4 +195,20 @@ fn two_logs_get_a_section_each_and_a_combined_table() {
     let combined = v["combined"].as_array().unwrap();
     let pce = combined.iter().find(|r| r["stage"] == "pce_load").unwrap();
     assert_eq!(pce["live_end_bytes"], 2 * 16 * common::MIB, "summed over both logs");
+    assert_eq!(
+        pce["peak_by_source"],
+        serde_json::json!([16 * common::MIB, 16 * common::MIB]),
+        "a column per log"
+    );
+    let mut text = Vec::new();
+    run(
+        &Command::Report {
+            logs: vec![common::temp("multi-a"), common::temp("multi-b")],
+            format: Format::Text,
+        },
+        &mut text,
+    )
+    .unwrap();
+    let text = String::from_utf8(text).unwrap();
+    assert!(text.contains("peak in pid 4242"), "{text}");
 }

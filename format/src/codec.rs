@@ -121,18 +121,23 @@ impl<'a> Cursor<'a> {
     }
 
     fn varint_long(&mut self) -> Result<u64, DecodeError> {
+        let rest = &self.buf[self.pos.min(self.buf.len())..];
         let mut v: u64 = 0;
-        for shift in (0..70).step_by(7) {
-            let b = self.u8()?;
-            if shift == 63 && b > 1 {
+        for (i, &b) in rest.iter().take(10).enumerate() {
+            if i == 9 && b > 1 {
                 return Err(self.err("varint overflows 64 bits"));
             }
-            v |= u64::from(b & 0x7f) << shift;
+            v |= u64::from(b & 0x7f) << (7 * i);
             if b & 0x80 == 0 {
+                self.pos += i + 1;
                 return Ok(v);
             }
         }
-        Err(self.err("varint longer than 10 bytes"))
+        Err(self.err(if rest.len() < 10 {
+            "unexpected end of record"
+        } else {
+            "varint longer than 10 bytes"
+        }))
     }
 
     /// Reads a varint that must fit in a `u32`.
