@@ -51,6 +51,25 @@ fn sigkill_leaves_a_log_readable_to_the_last_frame() {
     for p in r.problems() {
         assert_eq!(p.kind, heaptag_format::ProblemKind::Truncated, "{p}");
     }
+    // No symbols were written (no finish()); the analyzer resolves the
+    // frames offline from the module map and this binary's debug info.
+    assert!(!recs.iter().any(|r| matches!(r, Record::Symbol { .. })));
+    let mut out = Vec::new();
+    heaptag_analyzer::run(
+        &heaptag_analyzer::Command::Sites {
+            logs: vec![path.clone()],
+            format: heaptag_analyzer::Format::Json,
+            top: 3,
+        },
+        &mut out,
+    )
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    let top = v["sources"][0]["by_allocated"][0]["site"].as_str().unwrap().to_string();
+    assert!(
+        top.contains("sigkill_leaves_a_log_readable_to_the_last_frame"),
+        "site named offline: {top}"
+    );
 }
 
 #[test]

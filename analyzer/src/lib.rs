@@ -15,6 +15,7 @@ pub mod policy;
 pub mod render;
 pub mod report;
 pub mod sites;
+pub mod symbolize;
 pub mod watch;
 
 use std::collections::BTreeMap;

@@ -269,6 +269,8 @@ pub struct Model {
     pub marks: Vec<(u64, String)>,
     /// Processes sampled from outside (`heaptag run` / `watch` logs).
     pub procs: Vec<ProcAcc>,
+    /// Modules whose frames could not be symbolized offline, and why.
+    pub symbol_notes: Vec<String>,
     /// Events dropped by the writer (largest count seen).
     pub dropped: u64,
     /// Latest time seen, ns.
@@ -376,6 +378,11 @@ impl Model {
         m.ended = r.ended();
         if stop_at.is_none() {
             m.close();
+            // A log cut short has no symbols: resolve its frames here.
+            if m.symbols.is_empty() && !m.stacks.is_empty() {
+                let (_, skipped) = crate::symbolize::fill_missing(&mut m);
+                m.symbol_notes = skipped;
+            }
         }
         Ok(m)
     }

@@ -6,7 +6,9 @@ use crate::model::Model;
 /// every stack starts with and which name no call site.
 fn internal(function: &str) -> bool {
     const CONTAINS: [&str; 4] = ["heaptag_alloc::", "__rust_", "__rg_", "__rdl_"];
-    const PREFIX: [&str; 10] = [
+    const PREFIX: [&str; 12] = [
+        "backtrace::",
+        "<backtrace::",
         "alloc::",
         "<alloc::",
         "core::",
@@ -64,6 +66,7 @@ mod tests {
     #[test]
     fn allocator_frames_are_internal_program_frames_are_not() {
         for f in [
+            "backtrace::backtrace::libunwind::trace",
             "heaptag_alloc::global::record",
             "<heaptag_alloc::global::Alloc<A> as core::alloc::global::GlobalAlloc>::alloc",
             "__rust_alloc",

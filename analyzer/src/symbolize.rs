@@ -1,0 +1,96 @@
+//! Offline symbolization: names for the frames of a log that has no Symbol
+//! records (the process was killed before `finish()`), from the module map in
+//! its header and the binaries' debug info on this machine.
+//!
+//! A runtime address `a` in a mapping `[start, end)` of file offset `o` is at
+//! file offset `a - start + o`; the ELF segment holding that offset gives the
+//! address the debug info uses. A binary whose GNU build id differs from the
+//! one the log recorded is skipped: its symbols would be wrong.
+
+use std::collections::BTreeMap;
+
+use object::{Object, ObjectSegment};
+
+use crate::model::{Model, Sym};
+
+/// Resolves every stack frame of `m` that has no symbol yet. Returns the
+/// number resolved and the modules skipped (missing, unreadable, rebuilt).
+pub fn fill_missing(m: &mut Model) -> (usize, Vec<String>) {
+    let mut by_module: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+    for frames in m.stacks.values() {
+        for &a in frames {
+            if m.symbols.contains_key(&a) {
+                continue;
+            }
+            if let Some(i) = m.header.modules.iter().position(|md| md.start <= a && a < md.end) {
+                by_module.entry(i).or_default().push(a);
+            }
+        }
+    }
+    let mut resolved = 0;
+    let mut skipped = Vec::new();
+    for (i, mut addrs) in by_module {
+        addrs.sort_unstable();
+        addrs.dedup();
+        let md = m.header.modules[i].clone();
+        let Ok(data) = std::fs::read(&md.path) else {
+            skipped.push(format!("{}: not readable here", md.path));
+            continue;
+        };
+        let Ok(obj) = object::File::parse(&*data) else {
+            skipped.push(format!("{}: not an object file", md.path));
+            continue;
+        };
+        if !md.build_id.is_empty()
+            && obj
+                .build_id()
+                .ok()
+                .flatten()
+                .is_some_and(|id| id != md.build_id.as_slice())
+        {
+            skipped.push(format!("{}: rebuilt since the run (build id differs)", md.path));
+            continue;
+        }
+        let Ok(loader) = addr2line::Loader::new(&md.path) else {
+            skipped.push(format!("{}: no debug info", md.path));
+            continue;
+        };
+        let segments: Vec<(u64, u64, u64)> = obj
+            .segments()
+            .map(|s| {
+                let (off, size) = s.file_range();
+                (off, size, s.address())
+            })
+            .collect();
+        for a in addrs {
+            // A return address: look up the call instruction before it.
+            let offset = a.saturating_sub(1) - md.start + md.file_offset;
+            let Some(&(seg_off, _, vaddr)) = segments.iter().find(|(o, sz, _)| *o <= offset && offset < o + sz) else {
+                continue;
+            };
+            let probe = offset - seg_off + vaddr;
+            let mut sym = Sym::default();
+            if let Ok(mut frames) = loader.find_frames(probe) {
+                if let Ok(Some(f)) = frames.next() {
+                    if let Some(func) = f.function.as_ref().and_then(|n| n.raw_name().ok()) {
+                        sym.function = format!("{:#}", rustc_demangle::demangle(&func));
+                    }
+                    if let Some(loc) = f.location {
+                        sym.file = loc.file.unwrap_or_default().to_string();
+                        sym.line = loc.line.unwrap_or(0);
+                    }
+                }
+            }
+            if sym.function.is_empty() {
+                if let Some(name) = loader.find_symbol(probe) {
+                    sym.function = format!("{:#}", rustc_demangle::demangle(name));
+                }
+            }
+            if !sym.function.is_empty() {
+                m.symbols.insert(a, sym);
+                resolved += 1;
+            }
+        }
+    }
+    (resolved, skipped)
+}
