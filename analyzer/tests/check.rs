@@ -4,19 +4,9 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::{LogBuilder, MIB, MS};
 use heaptag_format::Record;
-
-fn heaptag(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_heaptag")).args(args).output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 fn policy(name: &str, text: &str) -> PathBuf {
     let p = common::temp(name).with_extension("toml");
@@ -36,7 +26,7 @@ fn check(policy: &Path, logs: &[&Path], extra: &[&str]) -> (i32, String, String)
     let mut args = vec!["check", "--policy", policy.to_str().unwrap()];
     args.extend_from_slice(extra);
     args.extend(logs.iter().map(|l| l.to_str().unwrap()));
-    heaptag(&args)
+    common::heaptag(&args, &[])
 }
 
 /// (rule text, passes on the prover log)

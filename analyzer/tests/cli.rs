@@ -5,37 +5,28 @@ mod common;
 
 use std::process::Command;
 
-fn heaptag(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_heaptag")).args(args).output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 #[test]
 fn help_lists_the_commands_with_examples() {
-    let (code, stdout, _) = heaptag(&["--help"]);
+    let (code, stdout, _) = common::heaptag(&["--help"], &[]);
     assert_eq!(code, 0);
     for cmd in ["report", "peak", "dups", "sites", "timeline", "dump"] {
         assert!(stdout.contains(cmd), "{stdout}");
     }
-    let (code, stdout, _) = heaptag(&["dups", "--help"]);
+    let (code, stdout, _) = common::heaptag(&["dups", "--help"], &[]);
     assert_eq!(code, 0);
     assert!(stdout.contains("Example: heaptag dups"), "{stdout}");
 }
 
 #[test]
 fn bad_usage_exits_2() {
-    assert_eq!(heaptag(&["report"]).0, 2);
-    assert_eq!(heaptag(&["frobnicate"]).0, 2);
-    assert_eq!(heaptag(&["report", "--format", "yaml", "x"]).0, 2);
+    assert_eq!(common::heaptag(&["report"], &[]).0, 2);
+    assert_eq!(common::heaptag(&["frobnicate"], &[]).0, 2);
+    assert_eq!(common::heaptag(&["report", "--format", "yaml", "x"], &[]).0, 2);
 }
 
 #[test]
 fn unreadable_logs_get_one_line_and_exit_2() {
-    let (code, _, stderr) = heaptag(&["report", "/nonexistent/run.htlog"]);
+    let (code, _, stderr) = common::heaptag(&["report", "/nonexistent/run.htlog"], &[]);
     assert_eq!(code, 2);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(
@@ -45,7 +36,7 @@ fn unreadable_logs_get_one_line_and_exit_2() {
 
     let not_log = common::temp("not-a-log");
     std::fs::write(&not_log, b"this is a text file, not a log\n").unwrap();
-    let (code, _, stderr) = heaptag(&["dups", not_log.to_str().unwrap()]);
+    let (code, _, stderr) = common::heaptag(&["dups", not_log.to_str().unwrap()], &[]);
     assert_eq!(code, 2);
     assert!(stderr.contains("not a heaptag log"), "{stderr}");
 
@@ -53,7 +44,7 @@ fn unreadable_logs_get_one_line_and_exit_2() {
     let mut b = common::LogBuilder::new().bytes();
     b[8] = 2;
     std::fs::write(&newer, b).unwrap();
-    let (code, _, stderr) = heaptag(&["peak", newer.to_str().unwrap()]);
+    let (code, _, stderr) = common::heaptag(&["peak", newer.to_str().unwrap()], &[]);
     assert_eq!(code, 2);
     assert!(
         stderr.contains("version 2 is newer") && stderr.contains("upgrade heaptag"),
@@ -69,7 +60,7 @@ fn truncated_and_corrupt_logs_are_read_with_warnings() {
 
     let cut = common::temp("cut");
     std::fs::write(&cut, &bytes[..bytes.len() - 10]).unwrap();
-    let (code, stdout, stderr) = heaptag(&["report", cut.to_str().unwrap()]);
+    let (code, stdout, stderr) = common::heaptag(&["report", cut.to_str().unwrap()], &[]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
         stderr.contains("warning") && stderr.contains("truncated at byte"),
@@ -89,7 +80,7 @@ fn truncated_and_corrupt_logs_are_read_with_warnings() {
     bad[frames[3] + 20] ^= 0x55;
     let corrupt = common::temp("corrupt");
     std::fs::write(&corrupt, &bad).unwrap();
-    let (code, stdout, stderr) = heaptag(&["report", corrupt.to_str().unwrap()]);
+    let (code, stdout, stderr) = common::heaptag(&["report", corrupt.to_str().unwrap()], &[]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
         stderr.contains(&format!("corrupt frame at byte {}", frames[3])),

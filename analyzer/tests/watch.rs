@@ -28,20 +28,6 @@ fn toy_child() -> bool {
     std::process::exit(code);
 }
 
-fn heaptag(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_heaptag"));
-    c.args(args);
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let out = c.output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 fn report(log: &std::path::Path) -> serde_json::Value {
     let mut out = Vec::new();
     run(
@@ -63,7 +49,7 @@ fn run_samples_the_peak_at_its_time_and_passes_the_exit_code() {
     let log = common::temp("run-toy");
     let _ = std::fs::remove_file(&log);
     let exe = std::env::current_exe().unwrap();
-    let (code, stdout, stderr) = heaptag(
+    let (code, stdout, stderr) = common::heaptag(
         &[
             "run",
             "--interval",
@@ -94,13 +80,13 @@ fn run_samples_the_peak_at_its_time_and_passes_the_exit_code() {
     let last = rss.last().unwrap()[1].as_u64().unwrap();
     assert!(last < peak / 2, "the free shows: last sample {last}");
     // The text report shows the process table.
-    let (code, text, _) = heaptag(&["report", log.to_str().unwrap()], &[]);
+    let (code, text, _) = common::heaptag(&["report", log.to_str().unwrap()], &[]);
     assert_eq!(code, 0);
     assert!(text.contains("Processes (sampled from /proc)"), "{text}");
     // max_rss applies to sampled processes too.
     let policy = log.with_extension("toml");
     std::fs::write(&policy, "[[rule]]\nmax_rss = \"100 MiB\"\n").unwrap();
-    let (code, text, _) = heaptag(
+    let (code, text, _) = common::heaptag(
         &["check", "--policy", policy.to_str().unwrap(), log.to_str().unwrap()],
         &[],
     );
@@ -112,7 +98,7 @@ fn run_samples_the_peak_at_its_time_and_passes_the_exit_code() {
 fn death_by_signal_passes_through_as_128_plus_signal() {
     let log = common::temp("run-killed");
     let _ = std::fs::remove_file(&log);
-    let (code, _, stderr) = heaptag(
+    let (code, _, stderr) = common::heaptag(
         &[
             "run",
             "--interval",
@@ -136,7 +122,7 @@ fn watch_follows_a_running_process_until_it_exits() {
     let log = common::temp("watch-sleep");
     let _ = std::fs::remove_file(&log);
     let pid = sleeper.id().to_string();
-    let (code, _, stderr) = heaptag(
+    let (code, _, stderr) = common::heaptag(
         &["watch", &pid, "--interval", "20ms", "--log", log.to_str().unwrap()],
         &[],
     );
@@ -151,16 +137,16 @@ fn watch_follows_a_running_process_until_it_exits() {
 
 #[test]
 fn errors_are_one_clear_line() {
-    let (code, _, stderr) = heaptag(&["watch", "4194303", "--log", "/tmp/never.htlog"], &[]);
+    let (code, _, stderr) = common::heaptag(&["watch", "4194303", "--log", "/tmp/never.htlog"], &[]);
     assert_eq!(code, 2);
     assert_eq!(stderr.trim(), "heaptag: no process 4194303");
-    let (code, _, stderr) = heaptag(&["run", "--log", "/tmp/never2.htlog", "--", "/nonexistent/prover"], &[]);
+    let (code, _, stderr) = common::heaptag(&["run", "--log", "/tmp/never2.htlog", "--", "/nonexistent/prover"], &[]);
     assert_eq!(code, 127);
     assert!(
         stderr.starts_with("heaptag: cannot start `/nonexistent/prover`"),
         "{stderr}"
     );
-    let (code, _, stderr) = heaptag(&["run", "--interval", "fast", "--", "true"], &[]);
+    let (code, _, stderr) = common::heaptag(&["run", "--interval", "fast", "--", "true"], &[]);
     assert_eq!(code, 2, "{stderr}");
 }
 

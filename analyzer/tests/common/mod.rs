@@ -278,3 +278,19 @@ pub fn prover_log(path: &Path) {
     .flush();
     b.write(path);
 }
+
+/// Runs the `heaptag` binary with `args` and extra environment `env`;
+/// returns (exit code, stdout, stderr).
+pub fn heaptag(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_heaptag"));
+    c.args(args);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
