@@ -66,21 +66,22 @@ fn futures_keep_their_tag_on_every_poll_across_tokio_workers() {
         .unwrap();
     let a = Tag::new(Some(31), Some("async"), Some(1));
     let b = Tag::new(Some(31), Some("async"), Some(2));
-    let task = |size: usize| async move {
-        let mut threads = std::collections::HashSet::new();
+    // Each task counts the polls on which its tag was not the current one.
+    let task = |size: usize, tag: Tag| async move {
+        let mut wrong = 0;
         for _ in 0..200 {
-            threads.insert(std::thread::current().id());
+            wrong += usize::from(heaptag::current() != tag);
             drop(black_box(vec![5u8; size]));
             tokio::task::yield_now().await;
         }
-        threads.len()
+        wrong
     };
-    let (ta, tb) = rt.block_on(async {
-        let ha = tokio::spawn(task(100_000).with_tag(a));
-        let hb = tokio::spawn(task(120_000).with_tag(b));
+    let (wa, wb) = rt.block_on(async {
+        let ha = tokio::spawn(task(100_000, a).with_tag(a));
+        let hb = tokio::spawn(task(120_000, b).with_tag(b));
         (ha.await.unwrap(), hb.await.unwrap())
     });
-    assert!(ta >= 1 && tb >= 1);
+    assert_eq!((wa, wb), (0, 0), "every poll ran under its own task's tag");
     assert_eq!(tracked_alloc(&a), 200 * 100_000, "every poll of task a");
     assert_eq!(
         tracked_alloc(&b),

@@ -110,8 +110,9 @@ impl<A: GlobalAlloc> Alloc<A> {
     /// # Safety
     /// As `GlobalAlloc::alloc`.
     #[inline(never)]
-    unsafe fn alloc_counted(&self, layout: Layout, mode: u8, zeroed: bool) -> *mut u8 {
-        let p = if zeroed {
+    unsafe fn alloc_counted<const ZEROED: bool>(&self, layout: Layout, mode: u8) -> *mut u8 {
+        // ZEROED is a compile-time choice: two copies, no branch per call.
+        let p = if ZEROED {
             // SAFETY: forwarded from our caller unchanged.
             unsafe { self.inner.alloc_zeroed(layout) }
         } else {
@@ -202,7 +203,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
             return unsafe { self.inner.alloc(layout) };
         }
         // SAFETY: forwarded from our caller unchanged.
-        unsafe { self.alloc_counted(layout, mode, false) }
+        unsafe { self.alloc_counted::<false>(layout, mode) }
     }
 
     #[inline]
@@ -213,7 +214,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
             return unsafe { self.inner.alloc_zeroed(layout) };
         }
         // SAFETY: forwarded from our caller unchanged.
-        unsafe { self.alloc_counted(layout, mode, true) }
+        unsafe { self.alloc_counted::<true>(layout, mode) }
     }
 
     #[inline]
@@ -285,7 +286,7 @@ impl<A: GlobalAlloc> Alloc<A> {
                     if stays_tracked {
                         emit_realloc(addr, &e, addr, e.size);
                     } else {
-                        emit_enter(addr, &e);
+                        emit_enter(addr, &e, clock::now_ns());
                     }
                 }
             }
@@ -316,10 +317,11 @@ impl<A: GlobalAlloc> Alloc<A> {
     }
 }
 
-/// Queues the event that starts a record's life (Alloc or SampleAlloc).
-fn emit_enter(addr: usize, e: &Entry) {
+/// Queues the event that starts a record's life (Alloc or SampleAlloc), at
+/// time `now` (the caller's clock read, not a second one).
+fn emit_enter(addr: usize, e: &Entry, now: u64) {
     let kind = if e.tracked { Kind::Alloc } else { Kind::SampleAlloc };
-    let mut ev = Event::new(kind, clock::now_ns(), e.thread, addr as u64, e.size);
+    let mut ev = Event::new(kind, now, e.thread, addr as u64, e.size);
     ev.tag = e.tag;
     ev.stack = e.stack;
     if !e.tracked {
@@ -413,7 +415,7 @@ fn record(addr: usize, size: usize, tag_id: u32, thread: u32, birth: Option<Entr
         t.sampled_add(&sampling::weight(size));
     }
     if logging && event {
-        emit_enter(addr, &entry);
+        emit_enter(addr, &entry, now);
     }
     true
 }

@@ -165,6 +165,9 @@ pub struct Health {
     pub dropped_events: u64,
     /// Writes to the log file that failed (disk full, I/O error).
     pub log_write_errors: u64,
+    /// Call stacks that could not be stored (internal heap exhausted); their
+    /// events carry no stack.
+    pub stacks_not_stored: u64,
     /// Threads that allocated so far.
     pub threads_seen: u64,
     /// Per-thread counter slots owned by live threads now.
@@ -235,6 +238,7 @@ pub fn snapshot() -> Snapshot {
         config_errors: config::CONFIG_ERRORS.load(Ordering::Relaxed),
         dropped_events: crate::log::dropped(),
         log_write_errors: crate::log::write_errors(),
+        stacks_not_stored: u64::from(crate::log::stacks::STORE_FAILURES.load(Ordering::Relaxed)),
         threads_seen: u64::from(thread::threads_seen()),
         thread_slots_in_use: thread::slots_in_use() as u64,
         tags: u64::from(n),

@@ -161,20 +161,7 @@ struct WatchArgs {
 }
 
 fn parse_interval(s: &str) -> Result<std::time::Duration, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let n: u64 = t[..split]
-        .parse()
-        .map_err(|_| format!("{s:?}: expected a duration such as 100ms or 1s"))?;
-    let d = match &t[split..] {
-        "" | "ms" => std::time::Duration::from_millis(n),
-        "s" => std::time::Duration::from_secs(n),
-        _ => return Err(format!("{s:?}: expected a duration such as 100ms or 1s")),
-    };
-    if d.is_zero() {
-        return Err("the interval must be more than 0".into());
-    }
-    Ok(d)
+    heaptag_format::parse_duration(s).ok_or_else(|| format!("{s:?}: expected a duration such as 100ms or 1s"))
 }
 
 fn watch_config(w: WatchArgs) -> heaptag_analyzer::watch::WatchConfig {

@@ -60,6 +60,13 @@ pub struct TagKey {
     pub partition: Option<u32>,
 }
 
+impl TagKey {
+    /// The tag of heaptag's own log writer (left out of per-tag reports).
+    pub fn is_heaptag_own(&self) -> bool {
+        self.stage.as_deref() == Some(heaptag_format::WRITER_STAGE)
+    }
+}
+
 impl fmt::Display for TagKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts = Vec::new();
@@ -808,11 +815,6 @@ impl Model {
         }
     }
 
-    /// Live bytes of each tag at the end (tracked exact + small estimate).
-    pub fn live_at_end(&self, tag: u32) -> u64 {
-        self.tag_acc.get(tag as usize).map_or(0, |a| a.tracked + a.small)
-    }
-
     /// Highest RSS and when: the process's own samples, or for a `run` /
     /// `watch` log the highest sampled process.
     pub fn peak_rss(&self) -> Option<(u64, u64)> {
@@ -825,10 +827,5 @@ impl Model {
     /// Whether the log holds any fingerprints.
     pub fn has_fingerprints(&self) -> bool {
         self.intervals.iter().any(|i| i.fp.is_some())
-    }
-
-    /// Tracked blocks alive at the end of the log.
-    pub fn live_blocks(&self) -> usize {
-        self.live.len()
     }
 }

@@ -324,7 +324,7 @@ fn tag_rows(m: &Model) -> Vec<TagRow> {
             };
             (k, row)
         })
-        .filter(|(k, _)| k.stage.as_deref() != Some("heaptag:writer"))
+        .filter(|(k, _)| !k.is_heaptag_own())
         .collect();
     rows.sort_by(|a, b| a.0.cmp(&b.0));
     rows.into_iter().map(|(_, r)| r).collect()
@@ -706,7 +706,7 @@ pub fn timeline(models: &[Model], by: By) -> Timeline {
                 for (i, (_, per_tag)) in m.timeline.iter().enumerate() {
                     for &(tag, bytes) in per_tag {
                         let k = m.tag(tag);
-                        if k.stage.as_deref() == Some("heaptag:writer") {
+                        if k.is_heaptag_own() {
                             continue;
                         }
                         series.entry(key_of(&k, by)).or_insert_with(|| vec![0; n])[i] += bytes;

@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use heaptag_format::{Fill, FpWhen, Record};
+use heaptag_format::{FpWhen, Record};
 
 use crate::config::{self, HOT, ON as TRACKING_ON};
 use crate::log::ring::{Event, Kind, Ring};
@@ -104,20 +104,11 @@ pub(crate) unsafe fn emit_fingerprint(addr: usize, size: u64, when: FpWhen) {
     let full = FP_FULL.load(Ordering::Relaxed);
     // SAFETY: the caller's guarantee.
     let fp = unsafe { fingerprint::fingerprint(addr as *const u8, size as usize, full) };
-    let (fill, byte) = match fp.fill {
-        Fill::Mixed => (0u8, 0u8),
-        Fill::Zero => (1, 0),
-        Fill::Constant(b) => (2, b),
-    };
-    let when = match when {
-        FpWhen::Free => 0u8,
-        FpWhen::Mark => 1,
-        FpWhen::Finish => 2,
-    };
     let mut ev = Event::new(Kind::Fingerprint, crate::clock::now_ns(), 0, addr as u64, size);
     ev.a = fp.hash;
-    ev.flags = fill | (u8::from(full) << 2) | (when << 3);
-    ev.byte = byte;
+    ev.fill = fp.fill;
+    ev.full = full;
+    ev.when = when;
     emit(ev);
 }
 
@@ -254,7 +245,7 @@ impl LogConfig {
                 c.overwrite = flag("HEAPTAG_LOG_OVERWRITE", &v)?;
             }
             if let Some(v) = env("HEAPTAG_INTERVAL") {
-                c.interval = parse_duration(&v).ok_or(LogError::BadEnv {
+                c.interval = heaptag_format::parse_duration(&v).ok_or(LogError::BadEnv {
                     name: "HEAPTAG_INTERVAL",
                     value: v.clone(),
                     expected: "a duration such as 100ms or 1s",
@@ -411,21 +402,6 @@ fn flag(name: &'static str, v: &str) -> Result<bool, LogError> {
     }
 }
 
-/// Parses `100ms`, `2s`, `500us`, `1m`; a bare number is milliseconds.
-pub(crate) fn parse_duration(v: &str) -> Option<Duration> {
-    let v = v.trim();
-    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
-    let n: u64 = v[..split].parse().ok()?;
-    let d = match v[split..].trim() {
-        "" | "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "us" => Duration::from_micros(n),
-        "m" | "min" => Duration::from_secs(n.checked_mul(60)?),
-        _ => return None,
-    };
-    (!d.is_zero()).then_some(d)
-}
-
 /// Replaces `%p` with the pid and `%%` with `%`.
 fn expand(path: &Path) -> PathBuf {
     let s = path.to_string_lossy();
@@ -549,16 +525,6 @@ static START_FROM_ENV: extern "C" fn() = start_from_env;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse() {
-        assert_eq!(parse_duration("100ms"), Some(Duration::from_millis(100)));
-        assert_eq!(parse_duration("250"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2s"), Some(Duration::from_secs(2)));
-        assert_eq!(parse_duration("0"), None);
-        assert_eq!(parse_duration("fast"), None);
-        assert_eq!(parse_duration("10 parsecs"), None);
-    }
 
     #[test]
     fn percent_p_becomes_the_pid() {

@@ -11,6 +11,7 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use allocator_api2::alloc::Allocator;
+use heaptag_format::{Fill, FpWhen};
 
 use crate::internal::Internal;
 
@@ -31,10 +32,12 @@ pub(crate) enum Kind {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Event {
     pub(crate) kind: Kind,
-    /// Fingerprint: fill kind (0 mixed, 1 zero, 2 constant) | full << 2 | when << 3.
-    pub(crate) flags: u8,
-    /// Fingerprint: the constant byte.
-    pub(crate) byte: u8,
+    /// Fingerprint: how the block is filled.
+    pub(crate) fill: Fill,
+    /// Fingerprint: the whole block was hashed.
+    pub(crate) full: bool,
+    /// Fingerprint: when it was taken.
+    pub(crate) when: FpWhen,
     pub(crate) thread: u32,
     pub(crate) tag: u32,
     pub(crate) stack: u32,
@@ -52,8 +55,9 @@ impl Event {
     pub(crate) fn new(kind: Kind, time_ns: u64, thread: u32, addr: u64, size: u64) -> Event {
         Event {
             kind,
-            flags: 0,
-            byte: 0,
+            fill: Fill::Mixed,
+            full: false,
+            when: FpWhen::Free,
             thread,
             tag: 0,
             stack: 0,

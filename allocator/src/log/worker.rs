@@ -9,7 +9,7 @@ use std::sync::PoisonError;
 use std::time::Duration;
 
 use allocator_api2::vec::Vec as IVec;
-use heaptag_format::{encode_frame, Deltas, Fill, FpWhen, Header, LogSettings, Record, Sink, TagCount, VERSION};
+use heaptag_format::{encode_frame, Deltas, Header, LogSettings, Record, Sink, TagCount, VERSION};
 
 use super::ring::{Event, Kind};
 use super::{procfs, stacks, LogConfig, LogError, LogSummary};
@@ -33,7 +33,7 @@ impl Sink for IBuf {
 
 /// The tag the writer thread's own allocations are charged to.
 pub(crate) fn writer_tag() -> Tag {
-    Tag::new(None, Some("heaptag:writer"), None)
+    Tag::new(None, Some(heaptag_format::WRITER_STAGE), None)
 }
 
 /// Payload size of the reserve frame written right after the header, which
@@ -308,17 +308,9 @@ impl Writer {
                 addr: ev.addr,
                 size: ev.size,
                 hash: ev.a,
-                full: ev.flags & 4 != 0,
-                fill: match ev.flags & 3 {
-                    1 => Fill::Zero,
-                    2 => Fill::Constant(ev.byte),
-                    _ => Fill::Mixed,
-                },
-                when: match ev.flags >> 3 {
-                    1 => FpWhen::Mark,
-                    2 => FpWhen::Finish,
-                    _ => FpWhen::Free,
-                },
+                full: ev.full,
+                fill: ev.fill,
+                when: ev.when,
             },
         };
         self.put(&r);
