@@ -2,35 +2,82 @@
 
 use crate::DecodeError;
 
-/// Where encoded bytes go. Implemented for `Vec<u8>`; the allocator
-/// implements it for its internal-heap buffer.
+/// Where encoded bytes go: a growable byte buffer. Implemented for
+/// `Vec<u8>`; the allocator implements it for its internal-heap buffer.
+///
+/// A buffer that cannot grow may drop bytes, but must then remember it
+/// ([`Sink::failed`]) until [`Sink::truncate`] cuts back to before the
+/// failure, so a writer can drop a whole record instead of emitting a
+/// garbled one.
 pub trait Sink {
     /// Appends `bytes`.
     fn put(&mut self, bytes: &[u8]);
+    /// Bytes held.
+    fn len(&self) -> usize;
+    /// The bytes held.
+    fn as_slice(&self) -> &[u8];
+    /// True when nothing is held.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Overwrites the byte at `at` (< `len()`).
+    fn set(&mut self, at: usize, byte: u8);
+    /// Inserts `bytes` before position `at` (<= `len()`).
+    fn insert(&mut self, at: usize, bytes: &[u8]);
+    /// Cuts the buffer to `len` bytes and forgets earlier failures.
+    fn truncate(&mut self, len: usize);
+    /// True when bytes were dropped since the last `truncate`.
+    fn failed(&self) -> bool {
+        false
+    }
 }
 
 impl Sink for Vec<u8> {
     fn put(&mut self, bytes: &[u8]) {
         self.extend_from_slice(bytes);
     }
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+    fn as_slice(&self) -> &[u8] {
+        self
+    }
+    fn set(&mut self, at: usize, byte: u8) {
+        self[at] = byte;
+    }
+    fn insert(&mut self, at: usize, bytes: &[u8]) {
+        self.splice(at..at, bytes.iter().copied());
+    }
+    fn truncate(&mut self, len: usize) {
+        Vec::truncate(self, len);
+    }
 }
 
-/// Appends `v` as an unsigned LEB128 varint (1 to 10 bytes).
+/// Encodes `v` as an unsigned LEB128 varint into `buf`; returns its length.
 #[inline]
-pub fn put_varint(out: &mut impl Sink, mut v: u64) {
-    let mut buf = [0u8; 10];
+pub fn varint_bytes(mut v: u64, buf: &mut [u8; 10]) -> usize {
     let mut n = 0;
     loop {
         let b = (v & 0x7f) as u8;
         v >>= 7;
         if v == 0 {
             buf[n] = b;
-            n += 1;
-            break;
+            return n + 1;
         }
         buf[n] = b | 0x80;
         n += 1;
     }
+}
+
+/// Appends `v` as an unsigned LEB128 varint (1 to 10 bytes).
+#[inline]
+pub fn put_varint(out: &mut impl Sink, v: u64) {
+    if v < 0x80 {
+        out.put(&[v as u8]);
+        return;
+    }
+    let mut buf = [0u8; 10];
+    let n = varint_bytes(v, &mut buf);
     out.put(&buf[..n]);
 }
 
@@ -180,6 +227,21 @@ impl<'a> Cursor<'a> {
     /// Reads a length-prefixed UTF-8 string (invalid UTF-8 is replaced).
     pub fn string(&mut self) -> Result<String, DecodeError> {
         Ok(String::from_utf8_lossy(self.bytes()?).into_owned())
+    }
+
+    /// Bytes not read yet.
+    #[inline]
+    pub fn remaining(&self) -> usize {
+        self.buf.len().saturating_sub(self.pos)
+    }
+
+    /// Splits off the next `n` bytes as a cursor of their own (a record's
+    /// body), keeping file offsets.
+    #[inline]
+    pub fn take(&mut self, n: usize) -> Result<Cursor<'a>, DecodeError> {
+        let at = self.offset();
+        let b = self.raw(n)?;
+        Ok(Cursor::new(b, at))
     }
 
     /// Reads `n` raw bytes.

@@ -1,4 +1,9 @@
-//! Frames: how records are batched, checksummed and read back.
+//! Frames: how records are batched, numbered, checksummed and read back.
+//!
+//! Format version 2 frame: `"HTFR"`, payload length (u32 LE), sequence
+//! number (u64 LE), CRC-32 (u32 LE) of the length, the sequence number and
+//! the payload; then the payload. Version 1 frames (still read) have no
+//! sequence number and their CRC covers the payload only.
 
 use std::fmt;
 use std::fs::File;
@@ -6,24 +11,151 @@ use std::io::{BufReader, ErrorKind, Read};
 use std::path::Path;
 
 use crate::codec::{Cursor, Sink};
+use crate::field::Deltas;
 use crate::header::FIXED_LEN;
-use crate::record::{Deltas, Record};
+use crate::record::{Decoded, Kind, Record, RecordRef};
 use crate::{DecodeError, Header, ReadError};
 
 /// Marks the start of every frame; a reader that meets a damaged frame scans
 /// forward to the next one.
 pub const SYNC: [u8; 4] = *b"HTFR";
-/// Sync, payload length (u32 LE), payload CRC-32 (u32 LE).
-pub const FRAME_HEADER_LEN: usize = 12;
+/// Sync, payload length (u32 LE), sequence number (u64 LE), CRC-32 (u32 LE).
+pub const FRAME_HEADER_LEN: usize = 20;
+/// The frame header of format version 1: sync, length, CRC.
+pub const FRAME_HEADER_LEN_V1: usize = 12;
 /// Largest payload a reader accepts; a larger length means damage.
 pub const MAX_FRAME: usize = 64 << 20;
 
-/// Appends a frame holding `payload` (encoded records) to `out`.
-pub fn encode_frame(payload: &[u8], out: &mut impl Sink) {
+/// Appends a version 2 frame numbered `seq` holding `payload` to `out`.
+pub fn write_frame(seq: u64, payload: &[u8], out: &mut impl Sink) {
+    let len = (payload.len() as u32).to_le_bytes();
+    let seq = seq.to_le_bytes();
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&len);
+    crc.update(&seq);
+    crc.update(payload);
     out.put(&SYNC);
-    out.put(&(payload.len() as u32).to_le_bytes());
-    out.put(&crc32fast::hash(payload).to_le_bytes());
+    out.put(&len);
+    out.put(&seq);
+    out.put(&crc.finalize().to_le_bytes());
     out.put(payload);
+}
+
+/// Builds frames: records are appended to a payload buffer with the frame's
+/// delta state, and [`finish`](FrameEncoder::finish) wraps them in a
+/// numbered, checksummed frame. Every writer of logs (the allocator, `heaptag
+/// run`, tests) uses it, so frames are made one way.
+#[derive(Debug)]
+pub struct FrameEncoder<B> {
+    payload: B,
+    deltas: Deltas,
+    seq: u64,
+}
+
+impl<B: Sink> FrameEncoder<B> {
+    /// An encoder whose first frame is numbered `seq` (the reserve frame is
+    /// 0, so a log's first data frame is 1), building payloads in `payload`.
+    pub fn new(payload: B, seq: u64) -> Self {
+        FrameEncoder {
+            payload,
+            deltas: Deltas::default(),
+            seq,
+        }
+    }
+
+    /// Appends one record. When the buffer cannot grow, nothing of the
+    /// record is kept (the frame stays well formed) and false is returned.
+    #[inline]
+    pub fn push(&mut self, r: RecordRef<'_>) -> bool {
+        let len = self.payload.len();
+        let deltas = self.deltas;
+        r.encode(&mut self.deltas, &mut self.payload);
+        if self.payload.failed() {
+            self.payload.truncate(len);
+            self.deltas = deltas;
+            return false;
+        }
+        true
+    }
+
+    /// Payload bytes so far.
+    pub fn len(&self) -> usize {
+        self.payload.len()
+    }
+
+    /// True when no record is pending.
+    pub fn is_empty(&self) -> bool {
+        self.payload.is_empty()
+    }
+
+    /// The number the next frame gets.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Appends the pending records to `out` as one frame and starts the
+    /// next. False when `out` could not hold it (nothing is kept of it, and
+    /// its number is used again).
+    pub fn finish(&mut self, out: &mut impl Sink) -> bool {
+        let start = out.len();
+        write_frame(self.seq, self.payload.as_slice(), out);
+        self.payload.truncate(0);
+        self.deltas = Deltas::default();
+        if out.failed() {
+            out.truncate(start);
+            return false;
+        }
+        self.seq += 1;
+        true
+    }
+
+    /// The frame last finished never reached the file (its write failed and
+    /// it was cut off): the next frame takes its number, so numbers in the
+    /// file stay consecutive and a gap always means damage.
+    pub fn retract(&mut self) {
+        self.seq = self.seq.saturating_sub(1);
+    }
+
+    /// Appends a `pad` record that makes the payload exactly `len` bytes.
+    /// False when the payload is already too long for that.
+    pub fn pad_to(&mut self, len: usize) -> bool {
+        let have = self.payload.len();
+        let Some(need) = len.checked_sub(have) else {
+            return false;
+        };
+        // A pad of `n` zeros takes 1 (kind) + varint(body) + varint(n) + n
+        // bytes; find the `n` that fills `need` exactly.
+        let size = |n: usize| {
+            let body = vlen(n) + n;
+            1 + vlen(body) + body
+        };
+        let fit = |need: usize| (need.saturating_sub(24)..=need).rev().find(|&n| size(n) == need);
+        let n = match fit(need) {
+            Some(n) => n,
+            // Just past a varint boundary no single pad fits (the length
+            // grows by a byte): an empty pad (3 bytes) first, then one more.
+            None if need > 3 => {
+                let Some(n) = fit(need - 3) else {
+                    return false;
+                };
+                if !self.push(RecordRef::Pad { len: 0 }) {
+                    return false;
+                }
+                n
+            }
+            None => return false,
+        };
+        let Ok(n) = u32::try_from(n) else {
+            return false;
+        };
+        self.push(RecordRef::Pad { len: n }) && self.payload.len() == len
+    }
+}
+
+/// Bytes of the varint encoding of `v`.
+fn vlen(v: usize) -> usize {
+    let bits = usize::BITS - v.leading_zeros();
+    (bits.max(1) as usize).div_ceil(7)
 }
 
 /// What went wrong in the body of a log (the header was fine).
@@ -37,6 +169,22 @@ pub enum ProblemKind {
     /// A record inside a checksummed frame did not decode; the rest of that
     /// frame was skipped.
     BadRecord(&'static str),
+    /// Frames numbered `expected` to `found - 1` are missing: deleted, or
+    /// lost to damage that could not be located.
+    MissingFrames {
+        /// The number the reader expected.
+        expected: u64,
+        /// The number it found.
+        found: u64,
+    },
+    /// A frame whose number was already passed: a repeated or moved frame.
+    /// Its records were not used (they would count twice or out of order).
+    OutOfOrder {
+        /// Its number.
+        seq: u64,
+        /// The number the reader expected.
+        expected: u64,
+    },
     /// Reading failed.
     Io(String),
 }
@@ -70,6 +218,19 @@ impl fmt::Display for Problem {
                 f,
                 "undecodable record at byte {} ({what}): skipped the rest of its frame",
                 self.offset
+            ),
+            ProblemKind::MissingFrames { expected, found } => write!(
+                f,
+                "frames {expected} to {} are missing before byte {} (deleted or lost): figures lack what they held",
+                found - 1,
+                self.offset
+            ),
+            ProblemKind::OutOfOrder { seq, expected } => write!(
+                f,
+                "frame {seq} at byte {} comes after frame {} (repeated or moved): its {} bytes were not used",
+                self.offset,
+                expected.saturating_sub(1),
+                self.skipped
             ),
             ProblemKind::Io(e) => write!(f, "read error at byte {}: {e}", self.offset),
         }
@@ -113,6 +274,15 @@ pub struct LogReader<R> {
     /// File offset of `buf[0]`.
     frame_base: u64,
     deltas: Deltas,
+    /// Frame header length of this log's version.
+    head_len: usize,
+    /// Number the next frame should have (version 2 and later).
+    next_seq: u64,
+    /// Records of unknown kinds skipped.
+    unknown: u64,
+    /// Damage was skipped since the last intact frame (a gap in numbers
+    /// right after it is that damage, already reported).
+    after_damage: bool,
     problems: Vec<Problem>,
     ended: bool,
     done: bool,
@@ -161,6 +331,14 @@ impl<R: Read> LogReader<R> {
             pos: 0,
             frame_base: 0,
             deltas: Deltas::default(),
+            head_len: if version < 2 {
+                FRAME_HEADER_LEN_V1
+            } else {
+                FRAME_HEADER_LEN
+            },
+            next_seq: 0,
+            unknown: 0,
+            after_damage: false,
             problems: Vec::new(),
             ended: false,
             done: false,
@@ -190,6 +368,12 @@ impl<R: Read> LogReader<R> {
         self.offset
     }
 
+    /// Records skipped because their kind is unknown to this version (a
+    /// newer heaptag wrote them).
+    pub fn unknown_records(&self) -> u64 {
+        self.unknown
+    }
+
     /// Intact frames read so far and the bytes of their payloads.
     pub fn frames_read(&self) -> (u64, u64) {
         (self.frames, self.payload_bytes)
@@ -199,8 +383,9 @@ impl<R: Read> LogReader<R> {
     fn next_frame(&mut self) -> bool {
         loop {
             let start = self.offset;
+            let hl = self.head_len;
             let mut head = [0u8; FRAME_HEADER_LEN];
-            let got = match read_full(&mut self.src, &mut head) {
+            let got = match read_full(&mut self.src, &mut head[..hl]) {
                 Ok(n) => n,
                 Err(e) => {
                     self.problem(start, ProblemKind::Io(e.to_string()), 0);
@@ -210,15 +395,15 @@ impl<R: Read> LogReader<R> {
             if got == 0 {
                 return false;
             }
-            if got < FRAME_HEADER_LEN {
+            if got < hl {
                 self.offset += got as u64;
                 self.problem(start, ProblemKind::Truncated, got as u64);
                 return false;
             }
-            let len = u32::from_le_bytes(head[4..8].try_into().expect("4 bytes")) as usize;
-            let crc = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
+            let word = |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
+            let len = word(4) as usize;
             if head[..4] != SYNC || len > MAX_FRAME {
-                if !self.resync(start, &head) {
+                if !self.resync(start, &head[..hl]) {
                     return false;
                 }
                 continue;
@@ -232,14 +417,23 @@ impl<R: Read> LogReader<R> {
                 }
             };
             if got < len {
-                self.offset += (FRAME_HEADER_LEN + got) as u64;
-                self.problem(start, ProblemKind::Truncated, (FRAME_HEADER_LEN + got) as u64);
+                self.offset += (hl + got) as u64;
+                self.problem(start, ProblemKind::Truncated, (hl + got) as u64);
                 return false;
             }
-            if crc32fast::hash(&self.buf) != crc {
+            let (seq, crc_ok) = if hl == FRAME_HEADER_LEN_V1 {
+                (None, crc32fast::hash(&self.buf) == word(8))
+            } else {
+                let mut crc = crc32fast::Hasher::new();
+                crc.update(&head[4..16]);
+                crc.update(&self.buf);
+                let seq = u64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
+                (Some(seq), crc.finalize() == word(16))
+            };
+            if !crc_ok {
                 // The length may be the damaged part: do not trust it to find
                 // the next frame; scan from just after this sync instead.
-                let mut rest = head[4..].to_vec();
+                let mut rest = head[4..hl].to_vec();
                 rest.extend_from_slice(&self.buf);
                 self.unread(rest);
                 self.offset = start + 4;
@@ -248,12 +442,27 @@ impl<R: Read> LogReader<R> {
                 }
                 continue;
             }
-            self.offset = start + (FRAME_HEADER_LEN + len) as u64;
+            self.offset = start + (hl + len) as u64;
+            if let Some(seq) = seq {
+                if seq < self.next_seq {
+                    let expected = self.next_seq;
+                    self.problem(start, ProblemKind::OutOfOrder { seq, expected }, (hl + len) as u64);
+                    continue;
+                }
+                // The reserve frame (0) is optional: a log may start at 1.
+                let first_without_reserve = self.frames == 0 && seq == 1;
+                if seq > self.next_seq && !self.after_damage && !first_without_reserve {
+                    let expected = self.next_seq;
+                    self.problem(start, ProblemKind::MissingFrames { expected, found: seq }, 0);
+                }
+                self.next_seq = seq + 1;
+            }
+            self.after_damage = false;
             self.frames += 1;
             self.payload_bytes += len as u64;
             // Records are decoded one at a time by `next`, from here.
             self.pos = 0;
-            self.frame_base = start + FRAME_HEADER_LEN as u64;
+            self.frame_base = start + hl as u64;
             self.deltas = Deltas::default();
             return true;
         }
@@ -261,7 +470,7 @@ impl<R: Read> LogReader<R> {
 
     /// A damaged frame header at `start`: push its bytes after the first back
     /// and scan for the next sync marker.
-    fn resync(&mut self, start: u64, head: &[u8; FRAME_HEADER_LEN]) -> bool {
+    fn resync(&mut self, start: u64, head: &[u8]) -> bool {
         self.unread(head[1..].to_vec());
         self.offset = start + 1;
         self.scan_to_sync(start)
@@ -312,6 +521,7 @@ impl<R: Read> LogReader<R> {
     }
 
     fn problem(&mut self, offset: u64, kind: ProblemKind, skipped: u64) {
+        self.after_damage |= kind == ProblemKind::CorruptFrame;
         self.problems.push(Problem { offset, kind, skipped });
     }
 }
@@ -324,13 +534,18 @@ impl<R: Read> Iterator for LogReader<R> {
             if self.pos < self.buf.len() {
                 let base = self.frame_base + self.pos as u64;
                 let mut c = Cursor::new(&self.buf[self.pos..], base);
-                match Record::decode(&mut self.deltas, &mut c) {
-                    Ok(r) => {
+                match Record::decode(&mut self.deltas, &mut c, self.header.version) {
+                    Ok(Decoded::Record(r)) => {
                         self.pos += (c.offset() - base) as usize;
-                        if matches!(r, Record::End { .. }) {
+                        if r.kind() == Kind::End {
                             self.ended = true;
                         }
                         return Some(r);
+                    }
+                    Ok(Decoded::Unknown { .. }) => {
+                        self.pos += (c.offset() - base) as usize;
+                        self.unknown += 1;
+                        continue;
                     }
                     Err(e) => {
                         let rest = (self.buf.len() - self.pos) as u64;

@@ -7,8 +7,14 @@ use crate::{DecodeError, ReadError};
 /// The first 8 bytes of every heaptag log.
 pub const MAGIC: [u8; 8] = *b"HEAPTAG\0";
 /// The format version this crate writes and the newest it reads.
-pub const VERSION: u16 = 1;
-/// Fixed part: magic, version, reserved, body length, body CRC.
+pub const VERSION: u16 = 2;
+/// The oldest reader version that can read what this crate writes; written
+/// in the header after the version. A later writer that only adds record
+/// kinds or appends fields keeps it at 2, so this reader still reads its
+/// logs (skipping what it does not know); one that changes the framing
+/// raises it. Version 1 logs have 0 here.
+pub const COMPAT: u16 = 2;
+/// Fixed part: magic, version, compat, body length, body CRC.
 pub(crate) const FIXED_LEN: usize = 8 + 2 + 2 + 4 + 4;
 
 /// Settings the writing process ran with.
@@ -106,7 +112,7 @@ impl Header {
         }
         out.put(&MAGIC);
         out.put(&VERSION.to_le_bytes());
-        out.put(&0u16.to_le_bytes());
+        out.put(&COMPAT.to_le_bytes());
         out.put(&(body.len() as u32).to_le_bytes());
         out.put(&crc32fast::hash(&body).to_le_bytes());
         out.put(&body);
@@ -119,7 +125,10 @@ impl Header {
             return Err(ReadError::NotHeaptag { found: magic });
         }
         let version = u16::from_le_bytes([fixed[8], fixed[9]]);
-        if version > VERSION {
+        let compat = u16::from_le_bytes([fixed[10], fixed[11]]);
+        // A newer log is read when its writer says this version can read
+        // it (compat); version 1 had no compat field (0).
+        if version > VERSION && (compat > VERSION || compat < 2) {
             return Err(ReadError::NewerVersion {
                 found: version,
                 supported: VERSION,

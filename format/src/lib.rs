@@ -3,21 +3,32 @@
 //! jemalloc. `docs/FORMAT.md` describes the same bytes in prose.
 //!
 //! A log is a [`Header`] followed by frames. A frame is a sync marker, a
-//! length, a CRC-32 and a payload of [`Record`]s whose delta state restarts
-//! at every frame, so a reader can verify each frame on its own, skip a
-//! corrupt one, and stop cleanly at a truncated tail.
+//! length, a sequence number, a CRC-32 and a payload of [`Record`]s whose
+//! delta state restarts at every frame, so a reader can verify each frame on
+//! its own, skip a corrupt one, notice a missing or repeated one, and stop
+//! cleanly at a truncated tail.
+//!
+//! Every record kind is defined once, in the table of `record.rs`: the
+//! owned [`Record`], the borrowed [`RecordRef`] writers encode, the
+//! allocator's ring [`Event`], the codec and the [`Kind`] names all come
+//! from it.
 
 #![warn(missing_docs)]
 
 pub mod codec;
+pub mod field;
 mod frame;
 mod header;
 mod record;
+mod schema;
 
 pub use codec::Sink;
-pub use frame::{encode_frame, LogReader, Problem, ProblemKind, FRAME_HEADER_LEN, MAX_FRAME, SYNC};
-pub use header::{Header, LogSettings, Module, MAGIC, VERSION};
-pub use record::{Deltas, Fill, FpWhen, Record, TagCount};
+pub use field::Deltas;
+pub use frame::{
+    write_frame, FrameEncoder, LogReader, Problem, ProblemKind, FRAME_HEADER_LEN, FRAME_HEADER_LEN_V1, MAX_FRAME, SYNC,
+};
+pub use header::{Header, LogSettings, Module, COMPAT, MAGIC, VERSION};
+pub use record::{kinds_markdown, Decoded, Event, FieldDoc, Fill, FpMeta, FpWhen, Kind, Record, RecordRef, TagCount};
 
 use std::fmt;
 use std::time::Duration;

@@ -1,11 +1,22 @@
-//! The records of a heaptag log and their byte encoding (see docs/FORMAT.md).
+//! The records of a heaptag log: the one table of record kinds, from which
+//! the owned and borrowed records, the allocator's ring event, the encoder,
+//! the decoder, the kind names and `docs/FORMAT.md`'s record table all come
+//! (see `schema.rs` for the macro, `field.rs` for the field encodings).
 //!
-//! Each record is a kind byte followed by varint fields. Times and addresses
-//! are deltas (zigzag) against the previous record of the same frame, so a
-//! typical tracked allocation takes 10-16 bytes and a free 6-10. The delta
-//! state restarts at every frame, so any frame decodes on its own.
+//! A record is a kind byte, then (from format version 2) a varint length of
+//! its body, then the body: its fields in table order. Times and addresses
+//! are deltas against the previous record of the same frame, so a typical
+//! tracked allocation takes 12-18 bytes and a free 8-12; the delta state
+//! restarts at every frame, so any frame decodes on its own. A reader skips
+//! a kind it does not know by its length, and ignores bytes after the fields
+//! it knows (fields a newer writer appended).
 
-use crate::codec::{put_opt, put_str, put_varint, zigzag, Cursor, Sink};
+use crate::codec::{varint_bytes, Cursor, Sink};
+use crate::field::{
+    Addr, Deltas, Field, FpFlags, Frames, Hash64, OptStr, OptU32, OptU64, Str, TagCounts, Time, Zeros, I32, I64, U32,
+    U64,
+};
+use crate::schema::records;
 use crate::DecodeError;
 
 /// How a fingerprinted block is filled.
@@ -49,860 +60,405 @@ pub struct TagCount {
     pub external: u64,
 }
 
-/// One record of a heaptag log.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Record {
-    /// Defines tag `id` (sent before its first use).
-    TagDef {
-        /// Tag id used by other records.
-        id: u32,
-        /// Job.
-        job: Option<u64>,
-        /// Stage name.
-        stage: Option<String>,
-        /// Partition.
-        partition: Option<u32>,
-    },
-    /// Defines call stack `id`: return addresses, innermost first.
-    StackDef {
-        /// Stack id used by other records (0 means "no stack").
-        id: u32,
-        /// Instruction addresses, innermost first.
-        frames: Vec<u64>,
-    },
-    /// A tracked (>= threshold) block was allocated.
-    Alloc {
-        /// Nanoseconds since the log's start.
-        time_ns: u64,
-        /// Allocating thread's number.
-        thread: u32,
-        /// Tag charged.
-        tag: u32,
-        /// Call stack (0: none).
-        stack: u32,
-        /// Address.
-        addr: u64,
-        /// Requested size.
-        size: u64,
-    },
-    /// A tracked block was freed (charged to the tag of its `Alloc`).
-    Free {
-        /// Nanoseconds since the log's start.
-        time_ns: u64,
-        /// Freeing thread's number.
-        thread: u32,
-        /// Address.
-        addr: u64,
-        /// Requested size.
-        size: u64,
-    },
-    /// Thread `thread` starts resizing the tracked block at `addr`: until that
-    /// thread's `Realloc` from `addr`, the address may be reused by another
-    /// block (the resize may move the block and free the old address before
-    /// the `Realloc` record can be queued).
-    ReallocBegin {
-        /// Nanoseconds since the log's start.
-        time_ns: u64,
-        /// Thread's number.
-        thread: u32,
-        /// Address being resized.
-        addr: u64,
-    },
-    /// A tracked block was resized (possibly moved), keeping its tag.
-    Realloc {
-        /// Nanoseconds since the log's start.
-        time_ns: u64,
-        /// Thread's number.
-        thread: u32,
-        /// Tag charged (the block's original tag).
-        tag: u32,
-        /// Old address.
-        old_addr: u64,
-        /// Old size.
-        old_size: u64,
-        /// New address.
-        addr: u64,
-        /// New size.
-        size: u64,
-    },
-    /// A small block was sampled; it stands for `weight` bytes.
-    SampleAlloc {
-        /// Nanoseconds since the log's start.
-        time_ns: u64,
-        /// Thread's number.
-        thread: u32,
-        /// Tag charged.
-        tag: u32,
-        /// Call stack (0: none).
-        stack: u32,
-        /// Address.
-        addr: u64,
-        /// Requested size.
-        size: u64,
-        /// Estimated bytes this sample stands for (size / probability).
-        weight: u64,
-    },
-    /// A sampled small block was freed.
-    SampleFree {
-        /// Nanoseconds since the log's start.
-        time_ns: u64,
-        /// Thread's number.
-        thread: u32,
-        /// Address.
-        addr: u64,
-        /// Requested size.
-        size: u64,
-    },
-    /// A named point in the run.
-    Mark {
-        /// Nanoseconds since the log's start.
-        time_ns: u64,
-        /// The label given to `heaptag::mark`.
-        label: String,
-    },
-    /// Per-tag counters at one moment.
-    Counters {
-        /// Nanoseconds since the log's start.
-        time_ns: u64,
-        /// One entry per tag.
-        tags: Vec<TagCount>,
-    },
-    /// Process-wide exact totals from heaptag's counters, in bytes.
-    Totals {
-        /// Nanoseconds since the log's start.
-        time_ns: u64,
-        /// Requested bytes alive, all blocks (exact).
-        live: u64,
-        /// Of which in tracked blocks (exact).
-        tracked: u64,
-        /// heaptag's own memory (tables, buffers; not in any tag).
-        overhead: u64,
-    },
-    /// A process `heaptag run` / `heaptag watch` samples (written when it is
-    /// first seen).
-    ProcStart {
-        /// Nanoseconds since the log's start.
-        time_ns: u64,
-        /// Its pid.
-        pid: u32,
-        /// Its parent's pid.
-        ppid: u32,
-        /// Its command line.
-        cmdline: String,
-    },
-    /// Memory of a sampled process, from `/proc/PID/status` and
-    /// `smaps_rollup`, in bytes.
-    ProcRss {
-        /// Nanoseconds since the log's start.
-        time_ns: u64,
-        /// The process.
-        pid: u32,
-        /// VmRSS.
-        vm_rss: u64,
-        /// VmHWM.
-        vm_hwm: u64,
-        /// RssAnon.
-        rss_anon: u64,
-        /// RssFile.
-        rss_file: u64,
-        /// RssShmem.
-        rss_shmem: u64,
-        /// Pss from smaps_rollup (0 when not readable).
-        pss: u64,
-    },
-    /// A sampled process ended.
-    ProcExit {
-        /// Nanoseconds since the log's start.
-        time_ns: u64,
-        /// The process.
-        pid: u32,
-        /// Exit code (0-255), or 128 + signal number when killed; -1 unknown.
-        code: i32,
-    },
-    /// The process's memory from `/proc/self/status`, in bytes.
-    Rss {
-        /// Nanoseconds since the log's start.
-        time_ns: u64,
-        /// VmRSS.
-        vm_rss: u64,
-        /// VmHWM (peak RSS so far).
-        vm_hwm: u64,
-        /// RssAnon.
-        rss_anon: u64,
-        /// RssFile.
-        rss_file: u64,
-    },
-    /// jemalloc's `stats.*`, in bytes.
-    Jemalloc {
-        /// Nanoseconds since the log's start.
-        time_ns: u64,
-        /// stats.allocated.
-        allocated: u64,
-        /// stats.active.
-        active: u64,
-        /// stats.resident.
-        resident: u64,
-        /// stats.mapped.
-        mapped: u64,
-        /// stats.retained.
-        retained: u64,
-        /// stats.metadata.
-        metadata: u64,
-    },
-    /// External (annotated) memory recorded (+) or released (-).
-    External {
-        /// Nanoseconds since the log's start.
-        time_ns: u64,
-        /// Tag charged.
-        tag: u32,
-        /// What it is.
-        what: String,
-        /// Bytes added (positive) or released (negative).
-        bytes: i64,
-    },
-    /// A content fingerprint of a tracked block.
-    Fingerprint {
-        /// Nanoseconds since the log's start.
-        time_ns: u64,
-        /// Address.
-        addr: u64,
-        /// Size.
-        size: u64,
-        /// 64-bit hash of the length and the bytes read.
-        hash: u64,
-        /// True when every byte was hashed (otherwise sampled blocks).
-        full: bool,
-        /// How the block is filled.
-        fill: Fill,
-        /// When it was taken.
-        when: FpWhen,
-    },
-    /// Events dropped so far (cumulative), when the buffer was full or the
-    /// file could not be written.
-    Dropped {
-        /// Nanoseconds since the log's start.
-        time_ns: u64,
-        /// Total events dropped since the start.
-        events: u64,
-    },
-    /// A resolved instruction address (written at `finish()`).
-    Symbol {
-        /// Instruction address as found in `StackDef` frames.
-        addr: u64,
-        /// Demangled function name (empty if unknown).
-        function: String,
-        /// Source file (empty if unknown).
-        file: String,
-        /// Line (0 if unknown).
-        line: u32,
-    },
-    /// Filler of `len` zero bytes: reserves room that the writer can later
-    /// overwrite in place (see docs/FORMAT.md, "the reserve frame").
-    Pad {
-        /// Bytes of filler after the length.
-        len: u32,
-    },
-    /// The log ended normally.
-    End {
-        /// Nanoseconds since the log's start.
-        time_ns: u64,
-        /// Total events dropped.
-        dropped: u64,
-    },
+/// What a fingerprint says besides its hash: how the block is filled,
+/// whether it was hashed whole, and when it was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FpMeta {
+    /// How the block is filled.
+    pub fill: Fill,
+    /// True when every byte was hashed (otherwise sampled blocks).
+    pub full: bool,
+    /// When it was taken.
+    pub when: FpWhen,
 }
 
-mod kind {
-    pub const TAG_DEF: u8 = 1;
-    pub const STACK_DEF: u8 = 2;
-    pub const ALLOC: u8 = 3;
-    pub const FREE: u8 = 4;
-    pub const REALLOC: u8 = 5;
-    pub const SAMPLE_ALLOC: u8 = 6;
-    pub const SAMPLE_FREE: u8 = 7;
-    pub const MARK: u8 = 8;
-    pub const COUNTERS: u8 = 9;
-    pub const RSS: u8 = 10;
-    pub const JEMALLOC: u8 = 11;
-    pub const EXTERNAL: u8 = 12;
-    pub const FINGERPRINT: u8 = 13;
-    pub const DROPPED: u8 = 14;
-    pub const SYMBOL: u8 = 15;
-    pub const END: u8 = 16;
-    pub const PAD: u8 = 17;
-    pub const REALLOC_BEGIN: u8 = 18;
-    pub const TOTALS: u8 = 19;
-    pub const PROC_START: u8 = 20;
-    pub const PROC_RSS: u8 = 21;
-    pub const PROC_EXIT: u8 = 22;
+/// One field of a record kind, as documented in `docs/FORMAT.md`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FieldDoc {
+    /// Field name.
+    pub name: &'static str,
+    /// How it is encoded.
+    pub encoding: &'static str,
+    /// What it means (doc lines).
+    pub doc: &'static str,
 }
 
-/// Delta state of one frame, shared by the encoder and the decoder.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Deltas {
-    time: u64,
-    addr: u64,
-}
-
-impl Deltas {
-    fn time(&mut self, out: &mut impl Sink, t: u64) {
-        put_varint(out, zigzag(t.wrapping_sub(self.time) as i64));
-        self.time = t;
+records! {
+    events {
+        /// A tracked (>= threshold) block was allocated.
+        3 Alloc "alloc" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// Allocating thread's number.
+            thread: U32,
+            /// Tag charged.
+            tag: U32,
+            /// Call stack (0: none).
+            stack: U32,
+            /// Address.
+            addr: Addr,
+            /// Requested size.
+            size: U64,
+        }
+        /// A tracked block was freed (charged to the tag of its `alloc`).
+        4 Free "free" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// Freeing thread's number.
+            thread: U32,
+            /// Address.
+            addr: Addr,
+            /// Requested size.
+            size: U64,
+        }
+        /// Thread `thread` starts resizing the tracked block at `addr`: until
+        /// that thread's `realloc` from `addr`, the address may be reused by
+        /// another block (the resize may move the block and free the old
+        /// address before the `realloc` record can be queued).
+        18 ReallocBegin "realloc_begin" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// Thread's number.
+            thread: U32,
+            /// Address being resized.
+            addr: Addr,
+        }
+        /// A tracked block was resized (possibly moved), keeping its tag.
+        5 Realloc "realloc" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// Thread's number.
+            thread: U32,
+            /// Tag charged (the block's original tag).
+            tag: U32,
+            /// Old address.
+            old_addr: Addr,
+            /// Old size.
+            old_size: U64,
+            /// New address.
+            addr: Addr,
+            /// New size.
+            size: U64,
+        }
+        /// A small block was sampled; it stands for `weight` bytes.
+        6 SampleAlloc "sample_alloc" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// Thread's number.
+            thread: U32,
+            /// Tag charged.
+            tag: U32,
+            /// Call stack (0: none).
+            stack: U32,
+            /// Address.
+            addr: Addr,
+            /// Requested size.
+            size: U64,
+            /// Estimated bytes this sample stands for (size / probability).
+            weight: U64,
+        }
+        /// A sampled small block was freed.
+        7 SampleFree "sample_free" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// Thread's number.
+            thread: U32,
+            /// Address.
+            addr: Addr,
+            /// Requested size.
+            size: U64,
+        }
+        /// A content fingerprint of a tracked block.
+        13 Fingerprint "fingerprint" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// Address.
+            addr: Addr,
+            /// Size.
+            size: U64,
+            /// 64-bit hash of the length and the bytes read.
+            hash: Hash64,
+            /// How the block is filled, whether it was hashed whole, and when.
+            meta: FpFlags,
+        }
     }
-    fn addr(&mut self, out: &mut impl Sink, a: u64) {
-        put_varint(out, zigzag(a.wrapping_sub(self.addr) as i64));
-        self.addr = a;
+    records {
+        /// Defines tag `id` (sent before its first use).
+        1 TagDef "tag_def" {
+            /// Tag id used by other records.
+            id: U32,
+            /// Job.
+            job: OptU64,
+            /// Partition.
+            partition: OptU32,
+            /// Stage name.
+            stage: OptStr,
+        }
+        /// Defines call stack `id`: return addresses, innermost first.
+        2 StackDef "stack_def" {
+            /// Stack id used by other records (0 means "no stack").
+            id: U32,
+            /// Instruction addresses, innermost first.
+            frames: Frames,
+        }
+        /// A named point in the run.
+        8 Mark "mark" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// The label given to `heaptag::mark`.
+            label: Str,
+        }
+        /// Per-tag counters at one moment.
+        9 Counters "counters" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// One entry per tag.
+            tags: TagCounts,
+        }
+        /// The process's memory from `/proc/self/status`, in bytes.
+        10 Rss "rss" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// VmRSS.
+            vm_rss: U64,
+            /// VmHWM (peak RSS so far).
+            vm_hwm: U64,
+            /// RssAnon.
+            rss_anon: U64,
+            /// RssFile.
+            rss_file: U64,
+        }
+        /// jemalloc's `stats.*`, in bytes.
+        11 Jemalloc "jemalloc" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// stats.allocated.
+            allocated: U64,
+            /// stats.active.
+            active: U64,
+            /// stats.resident.
+            resident: U64,
+            /// stats.mapped.
+            mapped: U64,
+            /// stats.retained.
+            retained: U64,
+            /// stats.metadata.
+            metadata: U64,
+        }
+        /// External (annotated) memory recorded (+) or released (-).
+        12 External "external" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// Tag charged.
+            tag: U32,
+            /// What it is.
+            what: Str,
+            /// Bytes added (positive) or released (negative).
+            bytes: I64,
+        }
+        /// Events dropped so far (cumulative), when the buffer was full or the
+        /// file could not be written.
+        14 Dropped "dropped" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// Total events dropped since the start.
+            events: U64,
+        }
+        /// A resolved instruction address (written at `finish()`).
+        15 Symbol "symbol" {
+            /// Instruction address as found in `stack_def` frames.
+            addr: U64,
+            /// Demangled function name (empty if unknown).
+            function: Str,
+            /// Source file (empty if unknown).
+            file: Str,
+            /// Line (0 if unknown).
+            line: U32,
+        }
+        /// The log ended normally.
+        16 End "end" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// Total events dropped.
+            dropped: U64,
+        }
+        /// Filler: reserves room that the writer can later overwrite in place
+        /// (see "the reserve frame").
+        17 Pad "pad" {
+            /// Bytes of filler after the length.
+            len: Zeros,
+        }
+        /// Process-wide exact totals from heaptag's counters, in bytes.
+        19 Totals "totals" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// Requested bytes alive, all blocks (exact).
+            live: U64,
+            /// Of which in tracked blocks (exact).
+            tracked: U64,
+            /// heaptag's own memory (tables, buffers; not in any tag).
+            overhead: U64,
+        }
+        /// A process `heaptag run` / `heaptag watch` samples (written when it
+        /// is first seen).
+        20 ProcStart "proc_start" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// Its pid.
+            pid: U32,
+            /// Its parent's pid.
+            ppid: U32,
+            /// Its command line.
+            cmdline: Str,
+        }
+        /// Memory of a sampled process, from `/proc/PID/status` and
+        /// `smaps_rollup`, in bytes.
+        21 ProcRss "proc_rss" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// The process.
+            pid: U32,
+            /// VmRSS.
+            vm_rss: U64,
+            /// VmHWM.
+            vm_hwm: U64,
+            /// RssAnon.
+            rss_anon: U64,
+            /// RssFile.
+            rss_file: U64,
+            /// RssShmem.
+            rss_shmem: U64,
+            /// Pss from smaps_rollup (0 when not readable).
+            pss: U64,
+        }
+        /// A sampled process ended.
+        22 ProcExit "proc_exit" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// The process.
+            pid: U32,
+            /// Exit code (0-255), or 128 + signal number when killed; -1 unknown.
+            code: I32,
+        }
     }
+}
+
+/// What reading one record gave.
+#[derive(Debug)]
+pub enum Decoded {
+    /// A record of a kind this version knows.
+    Record(Record),
+    /// A record of a kind this version does not know (a newer writer's),
+    /// skipped by its length.
+    Unknown {
+        /// Its kind code.
+        code: u8,
+        /// Its body's length.
+        len: usize,
+    },
+}
+
+impl RecordRef<'_> {
+    /// Appends the record as format version 2 writes it: kind, varint body
+    /// length, body. Updates the frame's delta state.
+    ///
+    /// The length is written after the body is encoded: one byte is kept
+    /// for it (bodies are almost always shorter than 128 bytes) and the
+    /// rest of a longer varint is inserted after it.
     #[inline]
-    fn read_time(&mut self, c: &mut Cursor<'_>) -> Result<u64, DecodeError> {
-        self.time = self.time.wrapping_add(c.svarint()? as u64);
-        Ok(self.time)
+    pub fn encode(&self, d: &mut Deltas, out: &mut impl Sink) {
+        out.put(&[self.kind().code()]);
+        let at = out.len();
+        out.put(&[0]);
+        self.encode_body(d, out);
+        let len = out.len().saturating_sub(at + 1);
+        if out.failed() {
+            return;
+        }
+        let mut buf = [0u8; 10];
+        let n = varint_bytes(len as u64, &mut buf);
+        out.set(at, buf[0]);
+        if n > 1 {
+            out.insert(at + 1, &buf[1..n]);
+        }
     }
-    #[inline]
-    fn read_addr(&mut self, c: &mut Cursor<'_>) -> Result<u64, DecodeError> {
-        self.addr = self.addr.wrapping_add(c.svarint()? as u64);
-        Ok(self.addr)
-    }
-}
-
-fn put_fill(out: &mut impl Sink, fill: Fill, full: bool, when: FpWhen) {
-    let when = match when {
-        FpWhen::Free => 0u8,
-        FpWhen::Mark => 1,
-        FpWhen::Finish => 2,
-    };
-    let (f, byte) = match fill {
-        Fill::Mixed => (0u8, 0u8),
-        Fill::Zero => (1, 0),
-        Fill::Constant(b) => (2, b),
-    };
-    out.put(&[f | (u8::from(full) << 2) | (when << 3), byte]);
 }
 
 impl Record {
-    /// Appends this record to `out`, updating the frame's delta state.
+    /// Appends the record (format version 2), updating the delta state.
     pub fn encode(&self, d: &mut Deltas, out: &mut impl Sink) {
-        use kind::*;
-        match self {
-            Record::TagDef {
-                id,
-                job,
-                stage,
-                partition,
-            } => {
-                out.put(&[TAG_DEF]);
-                put_varint(out, u64::from(*id));
-                put_opt(out, *job);
-                put_opt(out, partition.map(u64::from));
-                match stage {
-                    None => put_varint(out, 0),
-                    Some(s) => {
-                        put_varint(out, 1);
-                        put_str(out, s);
-                    }
-                }
-            }
-            Record::StackDef { id, frames } => {
-                out.put(&[STACK_DEF]);
-                put_varint(out, u64::from(*id));
-                put_varint(out, frames.len() as u64);
-                let mut prev = 0u64;
-                for &f in frames {
-                    put_varint(out, zigzag(f.wrapping_sub(prev) as i64));
-                    prev = f;
-                }
-            }
-            Record::Alloc {
-                time_ns,
-                thread,
-                tag,
-                stack,
-                addr,
-                size,
-            } => {
-                out.put(&[ALLOC]);
-                d.time(out, *time_ns);
-                put_varint(out, u64::from(*thread));
-                put_varint(out, u64::from(*tag));
-                put_varint(out, u64::from(*stack));
-                d.addr(out, *addr);
-                put_varint(out, *size);
-            }
-            Record::Free {
-                time_ns,
-                thread,
-                addr,
-                size,
-            } => {
-                out.put(&[FREE]);
-                d.time(out, *time_ns);
-                put_varint(out, u64::from(*thread));
-                d.addr(out, *addr);
-                put_varint(out, *size);
-            }
-            Record::ReallocBegin { time_ns, thread, addr } => {
-                out.put(&[REALLOC_BEGIN]);
-                d.time(out, *time_ns);
-                put_varint(out, u64::from(*thread));
-                d.addr(out, *addr);
-            }
-            Record::Realloc {
-                time_ns,
-                thread,
-                tag,
-                old_addr,
-                old_size,
-                addr,
-                size,
-            } => {
-                out.put(&[REALLOC]);
-                d.time(out, *time_ns);
-                put_varint(out, u64::from(*thread));
-                put_varint(out, u64::from(*tag));
-                d.addr(out, *old_addr);
-                put_varint(out, *old_size);
-                d.addr(out, *addr);
-                put_varint(out, *size);
-            }
-            Record::SampleAlloc {
-                time_ns,
-                thread,
-                tag,
-                stack,
-                addr,
-                size,
-                weight,
-            } => {
-                out.put(&[SAMPLE_ALLOC]);
-                d.time(out, *time_ns);
-                put_varint(out, u64::from(*thread));
-                put_varint(out, u64::from(*tag));
-                put_varint(out, u64::from(*stack));
-                d.addr(out, *addr);
-                put_varint(out, *size);
-                put_varint(out, *weight);
-            }
-            Record::SampleFree {
-                time_ns,
-                thread,
-                addr,
-                size,
-            } => {
-                out.put(&[SAMPLE_FREE]);
-                d.time(out, *time_ns);
-                put_varint(out, u64::from(*thread));
-                d.addr(out, *addr);
-                put_varint(out, *size);
-            }
-            Record::Mark { time_ns, label } => {
-                out.put(&[MARK]);
-                d.time(out, *time_ns);
-                put_str(out, label);
-            }
-            Record::Counters { time_ns, tags } => {
-                out.put(&[COUNTERS]);
-                d.time(out, *time_ns);
-                put_varint(out, tags.len() as u64);
-                for t in tags {
-                    for v in [
-                        u64::from(t.tag),
-                        t.alloc_bytes,
-                        t.alloc_count,
-                        t.tracked_live,
-                        t.small_live,
-                        t.peak,
-                        t.external,
-                    ] {
-                        put_varint(out, v);
-                    }
-                }
-            }
-            Record::Totals {
-                time_ns,
-                live,
-                tracked,
-                overhead,
-            } => {
-                out.put(&[TOTALS]);
-                d.time(out, *time_ns);
-                for v in [live, tracked, overhead] {
-                    put_varint(out, *v);
-                }
-            }
-            Record::ProcStart {
-                time_ns,
-                pid,
-                ppid,
-                cmdline,
-            } => {
-                out.put(&[PROC_START]);
-                d.time(out, *time_ns);
-                put_varint(out, u64::from(*pid));
-                put_varint(out, u64::from(*ppid));
-                put_str(out, cmdline);
-            }
-            Record::ProcRss {
-                time_ns,
-                pid,
-                vm_rss,
-                vm_hwm,
-                rss_anon,
-                rss_file,
-                rss_shmem,
-                pss,
-            } => {
-                out.put(&[PROC_RSS]);
-                d.time(out, *time_ns);
-                put_varint(out, u64::from(*pid));
-                for v in [vm_rss, vm_hwm, rss_anon, rss_file, rss_shmem, pss] {
-                    put_varint(out, *v);
-                }
-            }
-            Record::ProcExit { time_ns, pid, code } => {
-                out.put(&[PROC_EXIT]);
-                d.time(out, *time_ns);
-                put_varint(out, u64::from(*pid));
-                put_varint(out, zigzag(i64::from(*code)));
-            }
-            Record::Rss {
-                time_ns,
-                vm_rss,
-                vm_hwm,
-                rss_anon,
-                rss_file,
-            } => {
-                out.put(&[RSS]);
-                d.time(out, *time_ns);
-                for v in [vm_rss, vm_hwm, rss_anon, rss_file] {
-                    put_varint(out, *v);
-                }
-            }
-            Record::Jemalloc {
-                time_ns,
-                allocated,
-                active,
-                resident,
-                mapped,
-                retained,
-                metadata,
-            } => {
-                out.put(&[JEMALLOC]);
-                d.time(out, *time_ns);
-                for v in [allocated, active, resident, mapped, retained, metadata] {
-                    put_varint(out, *v);
-                }
-            }
-            Record::External {
-                time_ns,
-                tag,
-                what,
-                bytes,
-            } => {
-                out.put(&[EXTERNAL]);
-                d.time(out, *time_ns);
-                put_varint(out, u64::from(*tag));
-                put_str(out, what);
-                put_varint(out, zigzag(*bytes));
-            }
-            Record::Fingerprint {
-                time_ns,
-                addr,
-                size,
-                hash,
-                full,
-                fill,
-                when,
-            } => {
-                out.put(&[FINGERPRINT]);
-                d.time(out, *time_ns);
-                d.addr(out, *addr);
-                put_varint(out, *size);
-                out.put(&hash.to_le_bytes());
-                put_fill(out, *fill, *full, *when);
-            }
-            Record::Dropped { time_ns, events } => {
-                out.put(&[DROPPED]);
-                d.time(out, *time_ns);
-                put_varint(out, *events);
-            }
-            Record::Symbol {
-                addr,
-                function,
-                file,
-                line,
-            } => {
-                out.put(&[SYMBOL]);
-                put_varint(out, *addr);
-                put_str(out, function);
-                put_str(out, file);
-                put_varint(out, u64::from(*line));
-            }
-            Record::Pad { len } => {
-                out.put(&[PAD]);
-                put_varint(out, u64::from(*len));
-                let zeros = [0u8; 64];
-                let mut left = *len as usize;
-                while left > 0 {
-                    let n = left.min(zeros.len());
-                    out.put(&zeros[..n]);
-                    left -= n;
-                }
-            }
-            Record::End { time_ns, dropped } => {
-                out.put(&[END]);
-                d.time(out, *time_ns);
-                put_varint(out, *dropped);
-            }
-        }
+        self.borrowed().encode(d, out);
     }
 
-    /// Reads one record from `c`, updating the frame's delta state.
+    /// Reads one record from `c` as format `version` wrote it, updating the
+    /// frame's delta state.
+    ///
+    /// Version 1 records have no length: a kind this reader does not know
+    /// is an error (the rest of the frame cannot be found). From version 2
+    /// the body's length comes first: an unknown kind is skipped, and bytes
+    /// after the known fields are ignored.
     #[inline]
-    pub fn decode(d: &mut Deltas, c: &mut Cursor<'_>) -> Result<Record, DecodeError> {
-        use kind::*;
+    pub fn decode(d: &mut Deltas, c: &mut Cursor<'_>, version: u16) -> Result<Decoded, DecodeError> {
         let at = c.offset();
-        let k = c.u8()?;
-        Ok(match k {
-            TAG_DEF => {
-                let id = c.varint32()?;
-                let job = c.opt()?;
-                let partition = match c.opt()? {
-                    None => None,
-                    Some(p) => Some(u32::try_from(p).map_err(|_| DecodeError {
-                        offset: at,
-                        what: "partition does not fit in 32 bits",
-                    })?),
-                };
-                let stage = match c.varint()? {
-                    0 => None,
-                    1 => Some(c.string()?),
-                    _ => {
-                        return Err(DecodeError {
-                            offset: at,
-                            what: "bad stage marker in tag definition",
-                        })
-                    }
-                };
-                Record::TagDef {
-                    id,
-                    job,
-                    stage,
-                    partition,
-                }
-            }
-            STACK_DEF => {
-                let id = c.varint32()?;
-                let n = c.varint()?;
-                if n > 4096 {
-                    return Err(DecodeError {
-                        offset: at,
-                        what: "stack deeper than 4096 frames",
-                    });
-                }
-                let mut frames = Vec::with_capacity(n as usize);
-                let mut prev = 0u64;
-                for _ in 0..n {
-                    prev = prev.wrapping_add(c.svarint()? as u64);
-                    frames.push(prev);
-                }
-                Record::StackDef { id, frames }
-            }
-            ALLOC => Record::Alloc {
-                time_ns: d.read_time(c)?,
-                thread: c.varint32()?,
-                tag: c.varint32()?,
-                stack: c.varint32()?,
-                addr: d.read_addr(c)?,
-                size: c.varint()?,
-            },
-            FREE => Record::Free {
-                time_ns: d.read_time(c)?,
-                thread: c.varint32()?,
-                addr: d.read_addr(c)?,
-                size: c.varint()?,
-            },
-            REALLOC_BEGIN => Record::ReallocBegin {
-                time_ns: d.read_time(c)?,
-                thread: c.varint32()?,
-                addr: d.read_addr(c)?,
-            },
-            REALLOC => Record::Realloc {
-                time_ns: d.read_time(c)?,
-                thread: c.varint32()?,
-                tag: c.varint32()?,
-                old_addr: d.read_addr(c)?,
-                old_size: c.varint()?,
-                addr: d.read_addr(c)?,
-                size: c.varint()?,
-            },
-            SAMPLE_ALLOC => Record::SampleAlloc {
-                time_ns: d.read_time(c)?,
-                thread: c.varint32()?,
-                tag: c.varint32()?,
-                stack: c.varint32()?,
-                addr: d.read_addr(c)?,
-                size: c.varint()?,
-                weight: c.varint()?,
-            },
-            SAMPLE_FREE => Record::SampleFree {
-                time_ns: d.read_time(c)?,
-                thread: c.varint32()?,
-                addr: d.read_addr(c)?,
-                size: c.varint()?,
-            },
-            MARK => Record::Mark {
-                time_ns: d.read_time(c)?,
-                label: c.string()?,
-            },
-            COUNTERS => {
-                let time_ns = d.read_time(c)?;
-                let n = c.varint()?;
-                if n > (1 << 24) {
-                    return Err(DecodeError {
-                        offset: at,
-                        what: "counter snapshot with more than 2^24 tags",
-                    });
-                }
-                let mut tags = Vec::with_capacity(n.min(4096) as usize);
-                for _ in 0..n {
-                    tags.push(TagCount {
-                        tag: c.varint32()?,
-                        alloc_bytes: c.varint()?,
-                        alloc_count: c.varint()?,
-                        tracked_live: c.varint()?,
-                        small_live: c.varint()?,
-                        peak: c.varint()?,
-                        external: c.varint()?,
-                    });
-                }
-                Record::Counters { time_ns, tags }
-            }
-            TOTALS => Record::Totals {
-                time_ns: d.read_time(c)?,
-                live: c.varint()?,
-                tracked: c.varint()?,
-                overhead: c.varint()?,
-            },
-            PROC_START => Record::ProcStart {
-                time_ns: d.read_time(c)?,
-                pid: c.varint32()?,
-                ppid: c.varint32()?,
-                cmdline: c.string()?,
-            },
-            PROC_RSS => Record::ProcRss {
-                time_ns: d.read_time(c)?,
-                pid: c.varint32()?,
-                vm_rss: c.varint()?,
-                vm_hwm: c.varint()?,
-                rss_anon: c.varint()?,
-                rss_file: c.varint()?,
-                rss_shmem: c.varint()?,
-                pss: c.varint()?,
-            },
-            PROC_EXIT => Record::ProcExit {
-                time_ns: d.read_time(c)?,
-                pid: c.varint32()?,
-                code: i32::try_from(c.svarint()?).unwrap_or(-1),
-            },
-            RSS => Record::Rss {
-                time_ns: d.read_time(c)?,
-                vm_rss: c.varint()?,
-                vm_hwm: c.varint()?,
-                rss_anon: c.varint()?,
-                rss_file: c.varint()?,
-            },
-            JEMALLOC => Record::Jemalloc {
-                time_ns: d.read_time(c)?,
-                allocated: c.varint()?,
-                active: c.varint()?,
-                resident: c.varint()?,
-                mapped: c.varint()?,
-                retained: c.varint()?,
-                metadata: c.varint()?,
-            },
-            EXTERNAL => Record::External {
-                time_ns: d.read_time(c)?,
-                tag: c.varint32()?,
-                what: c.string()?,
-                bytes: c.svarint()?,
-            },
-            FINGERPRINT => {
-                let time_ns = d.read_time(c)?;
-                let addr = d.read_addr(c)?;
-                let size = c.varint()?;
-                let hash = u64::from_le_bytes(c.raw(8)?.try_into().expect("8 bytes"));
-                let flags = c.u8()?;
-                let byte = c.u8()?;
-                let fill = match flags & 3 {
-                    0 => Fill::Mixed,
-                    1 => Fill::Zero,
-                    2 => Fill::Constant(byte),
-                    _ => {
-                        return Err(DecodeError {
-                            offset: at,
-                            what: "bad fill kind in fingerprint",
-                        })
-                    }
-                };
-                let when = match flags >> 3 {
-                    0 => FpWhen::Free,
-                    1 => FpWhen::Mark,
-                    2 => FpWhen::Finish,
-                    _ => {
-                        return Err(DecodeError {
-                            offset: at,
-                            what: "bad moment in fingerprint",
-                        })
-                    }
-                };
-                Record::Fingerprint {
-                    time_ns,
-                    addr,
-                    size,
-                    hash,
-                    full: flags & 4 != 0,
-                    fill,
-                    when,
-                }
-            }
-            DROPPED => Record::Dropped {
-                time_ns: d.read_time(c)?,
-                events: c.varint()?,
-            },
-            SYMBOL => Record::Symbol {
-                addr: c.varint()?,
-                function: c.string()?,
-                file: c.string()?,
-                line: c.varint32()?,
-            },
-            PAD => {
-                let len = c.varint32()?;
-                c.raw(len as usize)?;
-                Record::Pad { len }
-            }
-            END => Record::End {
-                time_ns: d.read_time(c)?,
-                dropped: c.varint()?,
-            },
-            _ => {
-                return Err(DecodeError {
-                    offset: at,
-                    what: "unknown record kind",
-                })
-            }
-        })
+        let code = c.u8()?;
+        let kind = Kind::from_code(code);
+        if version < 2 {
+            let kind = kind.ok_or(DecodeError {
+                offset: at,
+                what: "unknown record kind",
+            })?;
+            return Record::decode_body(kind, d, c).map(Decoded::Record);
+        }
+        let len = usize::try_from(c.varint()?).unwrap_or(usize::MAX);
+        if len > c.remaining() {
+            return Err(DecodeError {
+                offset: at,
+                what: "record length runs past the end of the frame",
+            });
+        }
+        let mut body = c.take(len)?;
+        match kind {
+            Some(kind) => Record::decode_body(kind, d, &mut body).map(Decoded::Record),
+            None => Ok(Decoded::Unknown { code, len }),
+        }
     }
 
     /// True for the records that describe one allocator event (the ones the
     /// bytes-per-event figure counts).
     pub fn is_event(&self) -> bool {
-        matches!(
-            self,
-            Record::Alloc { .. }
-                | Record::Free { .. }
-                | Record::ReallocBegin { .. }
-                | Record::Realloc { .. }
-                | Record::SampleAlloc { .. }
-                | Record::SampleFree { .. }
-        )
+        self.kind().is_event()
     }
+}
+
+impl Kind {
+    /// True for the kinds that describe one allocator event (the ones the
+    /// bytes-per-event figure counts): ring events other than fingerprints.
+    pub fn is_event(self) -> bool {
+        self.is_ring_event() && self != Kind::Fingerprint
+    }
+}
+
+/// The record table as `docs/FORMAT.md` shows it (Markdown), generated from
+/// the table above; a test keeps the document equal to it.
+pub fn kinds_markdown() -> String {
+    let mut kinds = Kind::ALL.to_vec();
+    kinds.sort_by_key(|k| k.code());
+    let mut s =
+        String::from("| code | kind | fields (in order: name: encoding) | meaning |\n| ---: | --- | --- | --- |\n");
+    for k in kinds {
+        let fields: Vec<String> = k
+            .fields()
+            .iter()
+            .map(|f| format!("`{}`: {}", f.name, f.encoding))
+            .collect();
+        let doc: Vec<&str> = k.doc().lines().map(str::trim).collect();
+        s.push_str(&format!(
+            "| {} | `{}` | {} | {} |\n",
+            k.code(),
+            k.name(),
+            fields.join("; "),
+            doc.join(" ")
+        ));
+    }
+    s
 }

@@ -2,7 +2,7 @@
 //! logs are read up to the damage and the damage is reported with its offset.
 
 use heaptag_format::{
-    encode_frame, Deltas, Fill, FpWhen, Header, LogReader, LogSettings, Module, ProblemKind, ReadError, Record,
+    Fill, FpMeta, FpWhen, FrameEncoder, Header, LogReader, LogSettings, Module, ProblemKind, ReadError, Record,
     TagCount,
 };
 use proptest::prelude::*;
@@ -161,9 +161,7 @@ fn arb_record() -> impl Strategy<Value = Record> {
                 addr,
                 size,
                 hash,
-                full,
-                fill,
-                when
+                meta: FpMeta { fill, full, when },
             }
         ),
         (t, any::<u64>()).prop_map(|(time_ns, events)| Record::Dropped { time_ns, events }),
@@ -212,13 +210,12 @@ fn arb_record() -> impl Strategy<Value = Record> {
 fn log(frames: &[Vec<Record>]) -> Vec<u8> {
     let mut out = Vec::new();
     header().encode(&mut out);
+    let mut enc = FrameEncoder::new(Vec::new(), 1);
     for f in frames {
-        let mut payload = Vec::new();
-        let mut d = Deltas::default();
         for r in f {
-            r.encode(&mut d, &mut payload);
+            assert!(enc.push(r.borrowed()));
         }
-        encode_frame(&payload, &mut out);
+        assert!(enc.finish(&mut out));
     }
     out
 }
@@ -299,6 +296,7 @@ fn wrong_magic_newer_version_and_short_files_are_clear_errors() {
 
     let mut bytes = log(&[]);
     bytes[8] = 99;
+    bytes[10] = 99; // and only readers of version 99 can read it
     let e = LogReader::new(&bytes[..]).err().unwrap();
     assert!(matches!(e, ReadError::NewerVersion { found: 99, .. }), "{e}");
     assert!(e.to_string().contains("upgrade heaptag"), "{e}");
