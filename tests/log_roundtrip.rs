@@ -130,9 +130,7 @@ fn a_logged_run_reads_back_completely() {
     let fps: Vec<_> = recs
         .iter()
         .filter_map(|r| match r {
-            Record::Fingerprint {
-                addr, hash, fill, when, ..
-            } => Some((*addr, *hash, *fill, *when)),
+            Record::Fingerprint { addr, hash, meta, .. } => Some((*addr, *hash, meta.fill, meta.when)),
             _ => None,
         })
         .collect();

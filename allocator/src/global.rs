@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tikv_jemallocator::Jemalloc;
 
 use crate::config::{self, Settings, HOT, OFF, ON};
-use crate::log::ring::{Event, Kind};
+use crate::log::ring::Event;
 use crate::table::{self, Entry};
 use crate::thread::{self, Pair};
 use crate::{clock, log, sampling, tag};
@@ -263,13 +263,11 @@ impl<A: GlobalAlloc> Alloc<A> {
         let logging = log::on();
         if let (true, Some(e)) = (logging, old_entry) {
             if stays_tracked {
-                log::emit(Event::new(
-                    Kind::ReallocBegin,
-                    clock::now_ns(),
-                    thread::number(),
-                    addr as u64,
-                    0,
-                ));
+                log::emit(Event::ReallocBegin {
+                    time_ns: clock::now_ns(),
+                    thread: thread::number(),
+                    addr: addr as u64,
+                });
             } else {
                 emit_leave(addr, &e);
             }
@@ -320,29 +318,60 @@ impl<A: GlobalAlloc> Alloc<A> {
 /// Queues the event that starts a record's life (Alloc or SampleAlloc), at
 /// time `now` (the caller's clock read, not a second one).
 fn emit_enter(addr: usize, e: &Entry, now: u64) {
-    let kind = if e.tracked { Kind::Alloc } else { Kind::SampleAlloc };
-    let mut ev = Event::new(kind, now, e.thread, addr as u64, e.size);
-    ev.tag = e.tag;
-    ev.stack = e.stack;
-    if !e.tracked {
-        ev.a = sampling::weight(e.size as usize).bytes;
-    }
-    log::emit(ev);
+    let (time_ns, thread, tag, stack, addr, size) = (now, e.thread, e.tag, e.stack, addr as u64, e.size);
+    log::emit(if e.tracked {
+        Event::Alloc {
+            time_ns,
+            thread,
+            tag,
+            stack,
+            addr,
+            size,
+        }
+    } else {
+        Event::SampleAlloc {
+            time_ns,
+            thread,
+            tag,
+            stack,
+            addr,
+            size,
+            weight: sampling::weight(e.size as usize).bytes,
+        }
+    });
 }
 
 /// Queues the event that ends a record's life (Free or SampleFree).
 fn emit_leave(addr: usize, e: &Entry) {
-    let kind = if e.tracked { Kind::Free } else { Kind::SampleFree };
-    log::emit(Event::new(kind, clock::now_ns(), thread::number(), addr as u64, e.size));
+    let (time_ns, thread, addr, size) = (clock::now_ns(), thread::number(), addr as u64, e.size);
+    log::emit(if e.tracked {
+        Event::Free {
+            time_ns,
+            thread,
+            addr,
+            size,
+        }
+    } else {
+        Event::SampleFree {
+            time_ns,
+            thread,
+            addr,
+            size,
+        }
+    });
 }
 
 /// Queues a Realloc of the tracked block `old` at `from` to `to`, `size` bytes.
 fn emit_realloc(from: usize, old: &Entry, to: usize, size: u64) {
-    let mut ev = Event::new(Kind::Realloc, clock::now_ns(), thread::number(), to as u64, size);
-    ev.tag = old.tag;
-    ev.a = from as u64;
-    ev.b = old.size;
-    log::emit(ev);
+    log::emit(Event::Realloc {
+        time_ns: clock::now_ns(),
+        thread: thread::number(),
+        tag: old.tag,
+        old_addr: from as u64,
+        old_size: old.size,
+        addr: to as u64,
+        size,
+    });
 }
 
 /// A realloc while tracking is off or not yet initialised.

@@ -8,7 +8,7 @@
 
 use std::io::Write;
 
-use heaptag_format::{encode_frame, Deltas, Fill, FpWhen, Header, LogSettings, Record};
+use heaptag_format::{Fill, FpMeta, FpWhen, FrameEncoder, Header, LogSettings, Record};
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -35,16 +35,13 @@ fn main() {
     .encode(&mut head);
     out.write_all(&head).unwrap();
 
-    let mut payload = Vec::new();
-    let mut d = Deltas::default();
-    let put = |r: Record, payload: &mut Vec<u8>, d: &mut Deltas, out: &mut std::io::BufWriter<std::fs::File>| {
-        r.encode(d, payload);
-        if payload.len() > 1 << 20 {
+    let mut enc = FrameEncoder::new(Vec::new(), 1);
+    let put = |r: Record, enc: &mut FrameEncoder<Vec<u8>>, out: &mut std::io::BufWriter<std::fs::File>| {
+        enc.push(r.borrowed());
+        if enc.len() > 1 << 20 {
             let mut frame = Vec::new();
-            encode_frame(payload, &mut frame);
+            enc.finish(&mut frame);
             out.write_all(&frame).unwrap();
-            payload.clear();
-            *d = Deltas::default();
         }
     };
     for id in 0..64u32 {
@@ -57,8 +54,7 @@ fn main() {
                 ),
                 partition: Some(id % 10),
             },
-            &mut payload,
-            &mut d,
+            &mut enc,
             &mut out,
         );
     }
@@ -66,7 +62,7 @@ fn main() {
         let frames = (0..12)
             .map(|k| 0x5500_0000 + u64::from(id) * 0x100 + k * 0x10_0000)
             .collect();
-        put(Record::StackDef { id, frames }, &mut payload, &mut d, &mut out);
+        put(Record::StackDef { id, frames }, &mut enc, &mut out);
     }
     let mut x: u64 = 0x1234_5678;
     let mut rnd = || {
@@ -91,12 +87,13 @@ fn main() {
                         addr,
                         size,
                         hash: rnd(),
-                        full: false,
-                        fill: Fill::Mixed,
-                        when: FpWhen::Free,
+                        meta: FpMeta {
+                            fill: Fill::Mixed,
+                            full: false,
+                            when: FpWhen::Free,
+                        },
                     },
-                    &mut payload,
-                    &mut d,
+                    &mut enc,
                     &mut out,
                 );
             }
@@ -107,8 +104,7 @@ fn main() {
                     addr,
                     size,
                 },
-                &mut payload,
-                &mut d,
+                &mut enc,
                 &mut out,
             );
         } else if rnd() % 10 == 0 {
@@ -123,8 +119,7 @@ fn main() {
                     size: 64,
                     weight: 524_320,
                 },
-                &mut payload,
-                &mut d,
+                &mut enc,
                 &mut out,
             );
             put(
@@ -134,8 +129,7 @@ fn main() {
                     addr,
                     size: 64,
                 },
-                &mut payload,
-                &mut d,
+                &mut enc,
                 &mut out,
             );
             n += 1;
@@ -151,8 +145,7 @@ fn main() {
                     addr,
                     size,
                 },
-                &mut payload,
-                &mut d,
+                &mut enc,
                 &mut out,
             );
             live[slot] = Some((addr, size));
@@ -167,15 +160,14 @@ fn main() {
                     rss_anon: 7 << 30,
                     rss_file: 1 << 30,
                 },
-                &mut payload,
-                &mut d,
+                &mut enc,
                 &mut out,
             );
         }
     }
-    put(Record::End { time_ns: t, dropped: 0 }, &mut payload, &mut d, &mut out);
+    put(Record::End { time_ns: t, dropped: 0 }, &mut enc, &mut out);
     let mut frame = Vec::new();
-    encode_frame(&payload, &mut frame);
+    enc.finish(&mut frame);
     out.write_all(&frame).unwrap();
     out.flush().unwrap();
     eprintln!("{path}: {events} events");

@@ -629,13 +629,16 @@ impl Model {
                 time_ns,
                 addr,
                 hash,
-                full,
-                fill,
+                meta,
                 ..
             } => {
                 self.time(time_ns);
                 if let Some(b) = self.live.get_mut(&addr) {
-                    b.fp = Some(Fp { hash, fill, full });
+                    b.fp = Some(Fp {
+                        hash,
+                        fill: meta.fill,
+                        full: meta.full,
+                    });
                 }
             }
             Record::Mark { time_ns, label } => {

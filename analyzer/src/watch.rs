@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use heaptag_format::{encode_frame, Deltas, Header, LogSettings, Record};
+use heaptag_format::{FrameEncoder, Header, LogSettings, Record, FRAME_HEADER_LEN};
 
 /// How to sample.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,8 +62,7 @@ impl std::error::Error for WatchError {}
 struct ProcLog {
     file: File,
     path: PathBuf,
-    payload: Vec<u8>,
-    deltas: Deltas,
+    enc: FrameEncoder<Vec<u8>>,
     start: Instant,
 }
 
@@ -106,8 +105,7 @@ impl ProcLog {
         Ok(ProcLog {
             file,
             path: path.to_path_buf(),
-            payload: Vec::new(),
-            deltas: Deltas::default(),
+            enc: FrameEncoder::new(Vec::new(), 1),
             start: Instant::now(),
         })
     }
@@ -117,18 +115,16 @@ impl ProcLog {
     }
 
     fn put(&mut self, r: Record) {
-        r.encode(&mut self.deltas, &mut self.payload);
+        self.enc.push(r.borrowed());
     }
 
     /// Writes what was put since the last flush as one frame.
     fn flush(&mut self) -> Result<(), WatchError> {
-        if self.payload.is_empty() {
+        if self.enc.is_empty() {
             return Ok(());
         }
-        let mut frame = Vec::with_capacity(self.payload.len() + 12);
-        encode_frame(&self.payload, &mut frame);
-        self.payload.clear();
-        self.deltas = Deltas::default();
+        let mut frame = Vec::with_capacity(self.enc.len() + FRAME_HEADER_LEN);
+        self.enc.finish(&mut frame);
         self.file
             .write_all(&frame)
             .map_err(|e| WatchError::Log(self.path.clone(), e))

@@ -42,12 +42,13 @@ fn unreadable_logs_get_one_line_and_exit_2() {
 
     let newer = common::temp("newer");
     let mut b = common::LogBuilder::new().bytes();
-    b[8] = 2;
+    b[8] = 3;
+    b[10] = 3; // a version 3 writer that version 2 readers cannot read
     std::fs::write(&newer, b).unwrap();
     let (code, _, stderr) = common::heaptag(&["peak", newer.to_str().unwrap()], &[]);
     assert_eq!(code, 2);
     assert!(
-        stderr.contains("version 2 is newer") && stderr.contains("upgrade heaptag"),
+        stderr.contains("version 3 is newer") && stderr.contains("upgrade heaptag"),
         "{stderr}"
     );
 }

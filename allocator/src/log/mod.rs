@@ -31,10 +31,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use heaptag_format::{FpWhen, Record};
+use heaptag_format::{FpMeta, FpWhen, Record};
 
 use crate::config::{self, HOT, ON as TRACKING_ON};
-use crate::log::ring::{Event, Kind, Ring};
+use crate::log::ring::{Event, Ring};
 use crate::table;
 
 /// Pads a value to its own cache lines (contended indices of the ring).
@@ -104,12 +104,17 @@ pub(crate) unsafe fn emit_fingerprint(addr: usize, size: u64, when: FpWhen) {
     let full = FP_FULL.load(Ordering::Relaxed);
     // SAFETY: the caller's guarantee.
     let fp = unsafe { fingerprint::fingerprint(addr as *const u8, size as usize, full) };
-    let mut ev = Event::new(Kind::Fingerprint, crate::clock::now_ns(), 0, addr as u64, size);
-    ev.a = fp.hash;
-    ev.fill = fp.fill;
-    ev.full = full;
-    ev.when = when;
-    emit(ev);
+    emit(Event::Fingerprint {
+        time_ns: crate::clock::now_ns(),
+        addr: addr as u64,
+        size,
+        hash: fp.hash,
+        meta: FpMeta {
+            fill: fp.fill,
+            full,
+            when,
+        },
+    });
 }
 
 /// The sampled fingerprint of a live block (for `testing`).

@@ -4,6 +4,10 @@
 //! makes a tracked or sampled event) and one consumer (the writer). A push is
 //! a CAS on the enqueue index and two stores; it never blocks and never
 //! allocates. When the queue is full the event is dropped and counted.
+//!
+//! The events are `heaptag_format::Event`: the ring kinds of the log's record
+//! table, one fixed-size `Copy` value each, so what the hot path queues is
+//! exactly what the writer encodes.
 
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
@@ -11,64 +15,9 @@ use std::ptr::{self, NonNull};
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use allocator_api2::alloc::Allocator;
-use heaptag_format::{Fill, FpWhen};
+pub(crate) use heaptag_format::Event;
 
 use crate::internal::Internal;
-
-/// What an event is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-pub(crate) enum Kind {
-    Alloc,
-    Free,
-    ReallocBegin,
-    Realloc,
-    SampleAlloc,
-    SampleFree,
-    Fingerprint,
-}
-
-/// One allocator event, fixed size so the queue needs no allocation.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Event {
-    pub(crate) kind: Kind,
-    /// Fingerprint: how the block is filled.
-    pub(crate) fill: Fill,
-    /// Fingerprint: the whole block was hashed.
-    pub(crate) full: bool,
-    /// Fingerprint: when it was taken.
-    pub(crate) when: FpWhen,
-    pub(crate) thread: u32,
-    pub(crate) tag: u32,
-    pub(crate) stack: u32,
-    pub(crate) time_ns: u64,
-    pub(crate) addr: u64,
-    pub(crate) size: u64,
-    /// Realloc: old address. SampleAlloc: weight. Fingerprint: hash.
-    pub(crate) a: u64,
-    /// Realloc: old size.
-    pub(crate) b: u64,
-}
-
-impl Event {
-    /// An event with the common fields set and the others zero.
-    pub(crate) fn new(kind: Kind, time_ns: u64, thread: u32, addr: u64, size: u64) -> Event {
-        Event {
-            kind,
-            fill: Fill::Mixed,
-            full: false,
-            when: FpWhen::Free,
-            thread,
-            tag: 0,
-            stack: 0,
-            time_ns,
-            addr,
-            size,
-            a: 0,
-            b: 0,
-        }
-    }
-}
 
 struct Cell {
     seq: AtomicUsize,

@@ -9,9 +9,9 @@ use std::sync::PoisonError;
 use std::time::Duration;
 
 use allocator_api2::vec::Vec as IVec;
-use heaptag_format::{encode_frame, Deltas, Header, LogSettings, Record, Sink, TagCount, VERSION};
+use heaptag_format::{FrameEncoder, Header, LogSettings, RecordRef, Sink, TagCount, VERSION};
 
-use super::ring::{Event, Kind};
+use super::ring::Event;
 use super::{procfs, stacks, LogConfig, LogError, LogSummary};
 use super::{LOST, RING, SAMPLE_NOW, SIDE, STATE, WRITER, WRITE_ERRORS};
 use crate::clock;
@@ -19,15 +19,57 @@ use crate::internal::Internal;
 use crate::tag::{self, Tag};
 
 /// A byte buffer on heaptag's internal heap (not tracked, counted as overhead).
-struct IBuf(IVec<u8, Internal>);
+///
+/// When it cannot grow, bytes are dropped and the failure remembered, so
+/// the frame encoder drops the whole record (and it is counted as lost)
+/// instead of writing a garbled one.
+struct IBuf {
+    v: IVec<u8, Internal>,
+    failed: bool,
+}
+
+impl IBuf {
+    fn new() -> IBuf {
+        IBuf {
+            v: IVec::new_in(Internal),
+            failed: false,
+        }
+    }
+}
 
 impl Sink for IBuf {
     fn put(&mut self, bytes: &[u8]) {
-        // On allocation failure the bytes are dropped; the frame's checksum
-        // still covers what was written, so the reader stays consistent.
-        if self.0.try_reserve(bytes.len()).is_ok() {
-            self.0.extend_from_slice(bytes);
+        if self.v.try_reserve(bytes.len()).is_ok() {
+            self.v.extend_from_slice(bytes);
+        } else {
+            self.failed = true;
         }
+    }
+    fn len(&self) -> usize {
+        self.v.len()
+    }
+    fn as_slice(&self) -> &[u8] {
+        &self.v
+    }
+    fn set(&mut self, at: usize, byte: u8) {
+        if let Some(b) = self.v.get_mut(at) {
+            *b = byte;
+        }
+    }
+    fn insert(&mut self, at: usize, bytes: &[u8]) {
+        if at > self.v.len() || self.v.try_reserve(bytes.len()).is_err() {
+            self.failed = true;
+            return;
+        }
+        self.v.extend_from_slice(bytes);
+        self.v[at..].rotate_right(bytes.len());
+    }
+    fn truncate(&mut self, len: usize) {
+        self.v.truncate(len);
+        self.failed = false;
+    }
+    fn failed(&self) -> bool {
+        self.failed
     }
 }
 
@@ -49,9 +91,10 @@ const BATCH: usize = 4096;
 pub(crate) struct Writer {
     fd: libc::c_int,
     pub(crate) path: PathBuf,
-    payload: IBuf,
+    /// Records of the frame being built.
+    enc: FrameEncoder<IBuf>,
+    /// The frame being written.
     frame: IBuf,
-    deltas: Deltas,
     batch: IVec<Event, Internal>,
     /// Events in `payload` (lost if its write fails).
     pending_events: u64,
@@ -100,9 +143,9 @@ impl Writer {
         let mut w = Writer {
             fd,
             path,
-            payload: IBuf(IVec::new_in(Internal)),
-            frame: IBuf(IVec::new_in(Internal)),
-            deltas: Deltas::default(),
+            // Frame 0 is the reserve frame.
+            enc: FrameEncoder::new(IBuf::new(), 1),
+            frame: IBuf::new(),
             batch: IVec::new_in(Internal),
             pending_events: 0,
             tags_sent: 0,
@@ -137,39 +180,38 @@ impl Writer {
             },
             modules: procfs::modules(),
         };
-        let mut head = IBuf(IVec::new_in(Internal));
+        let mut head = IBuf::new();
         header.encode(&mut head);
-        if let Err(e) = w.write_all(&head.0) {
+        if let Err(e) = w.write_all(&head.v) {
             // SAFETY: `fd` is the descriptor opened above, closed once.
             unsafe { libc::close(w.fd) };
             return Err(LogError::Io(w.path, e));
         }
-        w.bytes += head.0.len() as u64;
+        w.bytes += head.v.len() as u64;
         w.reserve_at = w.bytes;
-        let reserve = reserve_frame(&[]);
-        if let Err(e) = w.write_all(&reserve.0) {
+        let reserve = reserve_frame(None);
+        if let Err(e) = w.write_all(&reserve.v) {
             // SAFETY: as above.
             unsafe { libc::close(w.fd) };
             return Err(LogError::Io(w.path, e));
         }
-        w.bytes += reserve.0.len() as u64;
+        w.bytes += reserve.v.len() as u64;
         Ok(w)
     }
 
     /// Rewrites the reserve frame with the current count of lost events.
     fn update_reserve(&self) {
-        let rec = Record::Dropped {
+        let frame = reserve_frame(Some(RecordRef::Dropped {
             time_ns: clock::now_ns(),
             events: super::dropped(),
-        };
-        let frame = reserve_frame(&[rec]);
+        }));
         // SAFETY: `frame` is valid for its length; `fd` is open; pwrite does
         // not move the file offset used by the appending writes.
         unsafe {
             libc::pwrite(
                 self.fd,
-                frame.0.as_ptr().cast(),
-                frame.0.len(),
+                frame.v.as_ptr().cast(),
+                frame.v.len(),
                 self.reserve_at as libc::off_t,
             )
         };
@@ -194,26 +236,40 @@ impl Writer {
         Ok(())
     }
 
-    fn put(&mut self, r: &Record) {
-        r.encode(&mut self.deltas, &mut self.payload);
+    /// Adds a record to the frame being built; one that does not fit in
+    /// memory is dropped whole and counted as lost.
+    fn put(&mut self, r: RecordRef<'_>) {
+        if !self.enc.push(r) {
+            LOST.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.enc.len() >= FRAME_TARGET {
+            self.flush();
+        }
     }
 
-    /// Writes the pending payload as one frame. On failure its events are
+    /// Writes the pending records as one frame. On failure its events are
     /// counted as lost and the program goes on.
     fn flush(&mut self) {
-        if self.payload.0.is_empty() {
+        if self.enc.is_empty() {
             return;
         }
-        self.frame.0.clear();
-        encode_frame(&self.payload.0, &mut self.frame);
-        match self.write_all(&self.frame.0) {
-            Ok(()) => {
-                self.bytes += self.frame.0.len() as u64;
+        self.frame.truncate(0);
+        let written = self.enc.finish(&mut self.frame) && {
+            let ok = self.write_all(&self.frame.v).is_ok();
+            if !ok {
+                // Cut off below: the next frame takes this one's number.
+                self.enc.retract();
+                WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
+            }
+            ok
+        };
+        match written {
+            true => {
+                self.bytes += self.frame.v.len() as u64;
                 self.events += self.pending_events;
             }
-            Err(_) => {
+            false => {
                 LOST.fetch_add(self.pending_events, Ordering::Relaxed);
-                WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
                 // Cut a partly written frame off the end, so the file stays a
                 // clean sequence of whole frames, and say what was lost.
                 // SAFETY: `fd` is open; both calls only change this file.
@@ -224,8 +280,6 @@ impl Writer {
                 self.update_reserve();
             }
         }
-        self.payload.0.clear();
-        self.deltas = Deltas::default();
         self.pending_events = 0;
     }
 
@@ -234,87 +288,26 @@ impl Writer {
         let tags = tag::count();
         for id in self.tags_sent..tags {
             let t = tag::tag_of(id);
-            self.put(&Record::TagDef {
+            self.put(RecordRef::TagDef {
                 id,
                 job: t.job,
-                stage: t.stage.map(str::to_owned),
                 partition: t.partition,
+                stage: t.stage,
             });
         }
         self.tags_sent = self.tags_sent.max(tags);
         let stacks = stacks::count();
         if stacks > self.stacks_sent {
-            let mut defs = Vec::new();
             stacks::each(self.stacks_sent + 1, stacks, |id, frames| {
-                defs.push(Record::StackDef {
-                    id,
-                    frames: frames.to_vec(),
-                })
+                self.put(RecordRef::StackDef { id, frames });
             });
-            for d in &defs {
-                self.put(d);
-            }
             self.stacks_sent = stacks;
         }
     }
 
     fn event(&mut self, ev: &Event) {
-        let r = match ev.kind {
-            Kind::Alloc => Record::Alloc {
-                time_ns: ev.time_ns,
-                thread: ev.thread,
-                tag: ev.tag,
-                stack: ev.stack,
-                addr: ev.addr,
-                size: ev.size,
-            },
-            Kind::Free => Record::Free {
-                time_ns: ev.time_ns,
-                thread: ev.thread,
-                addr: ev.addr,
-                size: ev.size,
-            },
-            Kind::ReallocBegin => Record::ReallocBegin {
-                time_ns: ev.time_ns,
-                thread: ev.thread,
-                addr: ev.addr,
-            },
-            Kind::Realloc => Record::Realloc {
-                time_ns: ev.time_ns,
-                thread: ev.thread,
-                tag: ev.tag,
-                old_addr: ev.a,
-                old_size: ev.b,
-                addr: ev.addr,
-                size: ev.size,
-            },
-            Kind::SampleAlloc => Record::SampleAlloc {
-                time_ns: ev.time_ns,
-                thread: ev.thread,
-                tag: ev.tag,
-                stack: ev.stack,
-                addr: ev.addr,
-                size: ev.size,
-                weight: ev.a,
-            },
-            Kind::SampleFree => Record::SampleFree {
-                time_ns: ev.time_ns,
-                thread: ev.thread,
-                addr: ev.addr,
-                size: ev.size,
-            },
-            Kind::Fingerprint => Record::Fingerprint {
-                time_ns: ev.time_ns,
-                addr: ev.addr,
-                size: ev.size,
-                hash: ev.a,
-                full: ev.full,
-                fill: ev.fill,
-                when: ev.when,
-            },
-        };
-        self.put(&r);
-        if r.is_event() {
+        self.put(ev.borrowed());
+        if ev.kind().is_event() {
             self.pending_events += 1;
         }
     }
@@ -324,7 +317,7 @@ impl Writer {
         let t = clock::now_ns();
         self.last_sample_ns = t;
         if let Some(s) = procfs::status() {
-            self.put(&Record::Rss {
+            self.put(RecordRef::Rss {
                 time_ns: t,
                 vm_rss: s.vm_rss,
                 vm_hwm: s.vm_hwm,
@@ -333,7 +326,7 @@ impl Writer {
             });
         }
         if let Ok(j) = crate::jemalloc_stats() {
-            self.put(&Record::Jemalloc {
+            self.put(RecordRef::Jemalloc {
                 time_ns: t,
                 allocated: j.allocated,
                 active: j.active,
@@ -358,9 +351,12 @@ impl Writer {
                 peak: s.peak_live_bytes,
                 external: s.external_bytes,
             })
-            .collect();
-        self.put(&Record::Counters { time_ns: t, tags });
-        self.put(&Record::Totals {
+            .collect::<Vec<_>>();
+        self.put(RecordRef::Counters {
+            time_ns: t,
+            tags: &tags,
+        });
+        self.put(RecordRef::Totals {
             time_ns: t,
             live: snap.totals.live_bytes,
             tracked: snap.totals.tracked_live_bytes,
@@ -387,9 +383,6 @@ impl Writer {
             let batch = std::mem::replace(&mut self.batch, IVec::new_in(Internal));
             for ev in batch.iter() {
                 self.event(ev);
-                if self.payload.0.len() >= FRAME_TARGET {
-                    self.flush();
-                }
             }
             let full = batch.len() == BATCH;
             self.batch = batch;
@@ -401,7 +394,7 @@ impl Writer {
         if !side.is_empty() {
             self.send_definitions();
             for r in &side {
-                self.put(r);
+                self.put(r.borrowed());
             }
         }
         let now = clock::now_ns();
@@ -412,7 +405,7 @@ impl Writer {
         let dropped = super::dropped();
         if dropped != self.last_dropped {
             self.last_dropped = dropped;
-            self.put(&Record::Dropped {
+            self.put(RecordRef::Dropped {
                 time_ns: now,
                 events: dropped,
             });
@@ -428,7 +421,7 @@ impl Writer {
             self.symbolize();
         }
         let dropped = super::dropped();
-        self.put(&Record::End {
+        self.put(RecordRef::End {
             time_ns: clock::now_ns(),
             dropped,
         });
@@ -466,34 +459,28 @@ impl Writer {
                 }
             });
             if let Some((function, file, line)) = found {
-                self.put(&Record::Symbol {
+                self.put(RecordRef::Symbol {
                     addr,
-                    function,
-                    file,
+                    function: &function,
+                    file: &file,
                     line,
                 });
-                if self.payload.0.len() >= FRAME_TARGET {
-                    self.flush();
-                }
             }
         }
     }
 }
 
-/// A frame of exactly `RESERVE` payload bytes: `records`, then padding.
-fn reserve_frame(records: &[Record]) -> IBuf {
-    let mut payload = IBuf(IVec::new_in(Internal));
-    let mut d = Deltas::default();
-    for r in records {
-        r.encode(&mut d, &mut payload);
+/// The reserve frame (number 0): `record`, padded to exactly `RESERVE`
+/// payload bytes.
+fn reserve_frame(record: Option<RecordRef<'_>>) -> IBuf {
+    let mut enc = FrameEncoder::new(IBuf::new(), 0);
+    if let Some(r) = record {
+        enc.push(r);
     }
-    let left = RESERVE.saturating_sub(payload.0.len());
-    // A Pad record is 1 kind byte, a varint length, and that many zeros.
-    let len = if left >= 131 { left - 3 } else { left.saturating_sub(2) };
-    Record::Pad { len: len as u32 }.encode(&mut d, &mut payload);
-    debug_assert_eq!(payload.0.len(), RESERVE);
-    let mut frame = IBuf(IVec::new_in(Internal));
-    encode_frame(&payload.0, &mut frame);
+    let padded = enc.pad_to(RESERVE);
+    debug_assert!(padded, "a pad fills the reserve frame");
+    let mut frame = IBuf::new();
+    enc.finish(&mut frame);
     frame
 }
 

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use heaptag_format::{encode_frame, Deltas, Fill, FpWhen, Header, LogSettings, Module, Record, TagCount};
+use heaptag_format::{Fill, FpMeta, FpWhen, FrameEncoder, Header, LogSettings, Module, Record, TagCount};
 
 pub const MS: u64 = 1_000_000;
 pub const MIB: u64 = 1 << 20;
@@ -13,6 +13,7 @@ pub const MIB: u64 = 1 << 20;
 pub struct LogBuilder {
     out: Vec<u8>,
     frame: Vec<Record>,
+    enc: FrameEncoder<Vec<u8>>,
 }
 
 impl LogBuilder {
@@ -45,7 +46,11 @@ impl LogBuilder {
         };
         let mut out = Vec::new();
         header.encode(&mut out);
-        LogBuilder { out, frame: Vec::new() }
+        LogBuilder {
+            out,
+            frame: Vec::new(),
+            enc: FrameEncoder::new(Vec::new(), 1),
+        }
     }
 
     pub fn rec(&mut self, r: Record) -> &mut Self {
@@ -55,12 +60,10 @@ impl LogBuilder {
 
     /// Ends the current frame.
     pub fn flush(&mut self) -> &mut Self {
-        let mut payload = Vec::new();
-        let mut d = Deltas::default();
         for r in self.frame.drain(..) {
-            r.encode(&mut d, &mut payload);
+            self.enc.push(r.borrowed());
         }
-        encode_frame(&payload, &mut self.out);
+        self.enc.finish(&mut self.out);
         self
     }
 
@@ -111,9 +114,11 @@ impl LogBuilder {
             addr,
             size,
             hash,
-            full: false,
-            fill,
-            when,
+            meta: FpMeta {
+                fill,
+                full: false,
+                when,
+            },
         })
     }
 

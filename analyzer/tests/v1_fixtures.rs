@@ -1,0 +1,62 @@
+//! Logs in format version 1, written by heaptag 0.1.0, read by today's
+//! analyzer: every report must be byte for byte what that release printed
+//! (tests/fixtures/v1/README.md says how each log and output was made).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v1")
+}
+
+/// Runs `heaptag ARGS` in the fixtures folder (outputs name logs relatively).
+fn run(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_heaptag"))
+        .args(args)
+        .current_dir(fixtures())
+        .output()
+        .unwrap();
+    let mut s = String::from_utf8(out.stdout).unwrap();
+    s.push_str(&String::from_utf8(out.stderr).unwrap());
+    s
+}
+
+#[test]
+fn every_v1_fixture_reports_as_heaptag_0_1_0_did() {
+    let mut checked = 0;
+    let mut differ = Vec::new();
+    for entry in std::fs::read_dir(fixtures().join("expected")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+        // NAME.COMMAND.EXT: shared.report.json, cloned.timeline.csv, ...
+        let mut parts = name.splitn(3, '.');
+        let (log, cmd, ext) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
+        let log = format!("{log}.htlog");
+        let args: Vec<&str> = match (cmd, ext) {
+            ("timeline", "csv") => vec!["timeline", "--csv", "--by", "partition", &log],
+            (cmd, "json") => vec![cmd, "--format", "json", &log],
+            (cmd, _) => vec![cmd, &log],
+        };
+        let want = std::fs::read_to_string(&path).unwrap();
+        let got = run(&args);
+        checked += 1;
+        if got != want {
+            differ.push(format!("heaptag {}\n--- want\n{want}\n--- got\n{got}", args.join(" ")));
+        }
+    }
+    assert!(checked >= 40, "only {checked} fixtures found");
+    assert!(
+        differ.is_empty(),
+        "{} of {checked} outputs changed:\n{}",
+        differ.len(),
+        differ.join("\n")
+    );
+}
+
+#[test]
+fn v1_fixtures_are_version_1_logs() {
+    for log in ["shared", "cloned", "run_sleep", "truncated", "corrupt"] {
+        let out = run(&["dump", &format!("{log}.htlog")]);
+        assert!(out.contains("format:     version 1, written by heaptag 0.1.0"), "{out}");
+    }
+}
