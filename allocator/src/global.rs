@@ -16,22 +16,17 @@
 //! one table insert or remove (tracked and sampled blocks only).
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use tikv_jemallocator::Jemalloc;
 
-use crate::config::{self, Settings, HOT, OFF, ON};
+use crate::config::{Settings, HOT, OFF, ON};
+use crate::health::{ALLOC_FAILURES, UNTRACKED_FREES};
 use crate::log::ring::{Event, Kind};
 use crate::table::{self, Entry};
 use crate::thread::{self, Pair};
-use crate::{clock, log, sampling, tag};
+use crate::{clock, log, sampling, start, tag};
 use heaptag_format::FpWhen;
-
-/// Allocations the inner allocator refused (null returns), passed through.
-pub(crate) static ALLOC_FAILURES: AtomicU64 = AtomicU64::new(0);
-/// Frees of blocks of tracked size that heaptag has no record of (allocated
-/// while it initialised, or when the table could not grow). Counted, never fatal.
-pub(crate) static UNTRACKED_FREES: AtomicU64 = AtomicU64::new(0);
 
 /// heaptag's global allocator: wraps an inner allocator (jemalloc by default)
 /// and charges every allocation to the calling thread's [`Tag`](crate::Tag).
@@ -146,12 +141,13 @@ impl<A: GlobalAlloc> Alloc<A> {
     }
 
     /// The first calls, before the mode is known (or while another thread
-    /// reads the settings): count, but record nothing, since the threshold
-    /// and sampling salt may not be final.
+    /// starts heaptag): the first one runs start-up; until it is done, count
+    /// but record nothing, since the threshold and sampling salt may not be
+    /// final.
     #[cold]
     #[inline(never)]
     fn on_alloc_uninit(&self, p: *mut u8, size: usize) {
-        match config::init(&self.settings) {
+        match start::tracking(&self.settings) {
             ON => on_alloc(p, size),
             OFF => {}
             _ if p.is_null() => {
@@ -195,7 +191,7 @@ impl<A: GlobalAlloc> Alloc<A> {
 unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // Acquire: pairs with the Release in `config::init`, so the settings
+        // Acquire: pairs with the Release in `start::tracking`, so the settings
         // are visible once ON is seen. A plain load on x86.
         let mode = HOT.mode.load(Ordering::Acquire);
         if mode == OFF {

@@ -28,36 +28,28 @@ mod clock;
 mod config;
 mod external;
 mod global;
+mod health;
+mod held;
 mod internal;
 mod jemalloc;
 mod log;
 mod sampling;
 mod snapshot;
+mod start;
 mod table;
 mod tag;
 pub mod testing;
 mod thread;
 
 pub use clock::now_ns;
-pub use config::Settings;
+pub use config::{settings, Settings};
 pub use external::{external_alloc, ExternalGuard};
 pub use global::Alloc;
+pub use health::Health;
 pub use heaptag_format::Fill;
+pub use held::ExternalStats;
 pub use jemalloc::{flush_thread_cache, jemalloc_stats, purge, JemallocError, JemallocStats};
 pub use log::{finish, mark, LogConfig, LogError, LogSummary};
-pub use snapshot::{
-    snapshot, tracked_blocks, Block, ExternalStats, Health, SmallStats, Snapshot, TagStats, Totals, TrackedStats,
-};
+pub use snapshot::{snapshot, tracked_blocks, Block, SmallStats, Snapshot, TagStats, Totals, TrackedStats};
 pub use tag::{current, job, partition, stage, static_name, Tag, TagGuard, TagId, MAX_TAGS};
 pub use thread::MAX_THREAD_SLOTS;
-
-/// The settings in force (after the environment was read).
-pub fn settings() -> Settings {
-    use std::sync::atomic::Ordering;
-    Settings {
-        enabled: config::HOT.mode.load(Ordering::Acquire) == config::ON,
-        threshold: config::HOT.threshold.load(Ordering::Relaxed),
-        sample_rate: config::HOT.rate.load(Ordering::Relaxed),
-        seed: Some(config::HOT.salt.load(Ordering::Relaxed)),
-    }
-}

@@ -13,8 +13,8 @@
 //! to the last frame written. When a write fails (disk full, I/O error) the
 //! frame's events are counted as dropped and the program goes on.
 //!
-//! Logging starts from `HEAPTAG_LOG=path` (read by a constructor before
-//! `main`) or from [`LogConfig::start`]. [`finish`] flushes, fingerprints the
+//! Logging starts from `HEAPTAG_LOG=path` (read by start-up's constructor
+//! before `main`, see `start.rs`) or from [`LogConfig::start`]. [`finish`] flushes, fingerprints the
 //! blocks still alive, resolves the call stacks' symbols and writes the end
 //! record; it also runs at normal process exit. A forked child stops logging
 //! (it never writes into its parent's file).
@@ -58,10 +58,6 @@ static WRITER: Mutex<Option<worker::Writer>> = Mutex::new(None);
 /// Tracked blocks of at least this size are fingerprinted.
 static FP_MIN: AtomicU64 = AtomicU64::new(u64::MAX);
 static FP_FULL: AtomicBool = AtomicBool::new(false);
-/// Events lost because the file could not be written.
-static LOST: AtomicU64 = AtomicU64::new(0);
-/// `write(2)` calls that failed.
-static WRITE_ERRORS: AtomicU64 = AtomicU64::new(0);
 /// Set by `mark()`: the writer samples at its next cycle.
 static SAMPLE_NOW: AtomicBool = AtomicBool::new(false);
 
@@ -81,12 +77,7 @@ pub(crate) fn emit(ev: Event) {
 
 /// Events dropped so far: ring full, or lost to write failures.
 pub(crate) fn dropped() -> u64 {
-    RING.dropped.load(Ordering::Relaxed) + LOST.load(Ordering::Relaxed)
-}
-
-/// Failed writes so far.
-pub(crate) fn write_errors() -> u64 {
-    WRITE_ERRORS.load(Ordering::Relaxed)
+    crate::health::dropped_events()
 }
 
 /// Whether a tracked block of `size` bytes is fingerprinted.
@@ -498,29 +489,6 @@ pub fn mark(label: &str) {
     fingerprint_live(FpWhen::Mark);
     SAMPLE_NOW.store(true, Ordering::Relaxed);
 }
-
-/// Starts the log from `HEAPTAG_LOG` before `main`, when set.
-extern "C" fn start_from_env() {
-    if config::getenv(c"HEAPTAG_LOG").is_none_or(|v| v.is_empty()) {
-        return;
-    }
-    // The first allocation initialises the installed global allocator with
-    // its own settings; if heaptag is not installed, the mode stays unset.
-    drop(std::hint::black_box(Box::new(0u64)));
-    match LogConfig::from_env() {
-        Some(Ok(c)) => {
-            if let Err(e) = c.start() {
-                eprintln!("heaptag: not logging: {e}");
-            }
-        }
-        Some(Err(e)) => eprintln!("heaptag: not logging: {e}"),
-        None => {}
-    }
-}
-
-#[used]
-#[link_section = ".init_array"]
-static START_FROM_ENV: extern "C" fn() = start_from_env;
 
 #[cfg(test)]
 mod tests {

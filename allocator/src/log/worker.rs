@@ -13,8 +13,9 @@ use heaptag_format::{encode_frame, Deltas, Header, LogSettings, Record, Sink, Ta
 
 use super::ring::{Event, Kind};
 use super::{procfs, stacks, LogConfig, LogError, LogSummary};
-use super::{LOST, RING, SAMPLE_NOW, SIDE, STATE, WRITER, WRITE_ERRORS};
+use super::{RING, SAMPLE_NOW, SIDE, STATE, WRITER};
 use crate::clock;
+use crate::health::{LOG_EVENTS_LOST, LOG_WRITE_ERRORS};
 use crate::internal::Internal;
 use crate::tag::{self, Tag};
 
@@ -212,8 +213,8 @@ impl Writer {
                 self.events += self.pending_events;
             }
             Err(_) => {
-                LOST.fetch_add(self.pending_events, Ordering::Relaxed);
-                WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
+                LOG_EVENTS_LOST.fetch_add(self.pending_events, Ordering::Relaxed);
+                LOG_WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
                 // Cut a partly written frame off the end, so the file stays a
                 // clean sequence of whole frames, and say what was lost.
                 // SAFETY: `fd` is open; both calls only change this file.
