@@ -98,6 +98,41 @@ impl<A> Alloc<A> {
 }
 
 impl<A: GlobalAlloc> Alloc<A> {
+    /// `alloc` (`ZEROED = false`) or `alloc_zeroed` (`true`): when switched
+    /// off, a load, a branch and a jump to the inner allocator; otherwise
+    /// `alloc_counted`. ZEROED is a compile-time choice: two copies, no branch
+    /// per call.
+    ///
+    /// # Safety
+    /// As `GlobalAlloc::alloc`.
+    #[inline(always)]
+    unsafe fn alloc_any<const ZEROED: bool>(&self, layout: Layout) -> *mut u8 {
+        // Acquire: pairs with the Release in `start::tracking`, so the settings
+        // are visible once ON is seen. A plain load on x86.
+        let mode = HOT.mode.load(Ordering::Acquire);
+        if mode == OFF {
+            // SAFETY: forwarded from our caller unchanged.
+            return unsafe { self.inner_alloc::<ZEROED>(layout) };
+        }
+        // SAFETY: forwarded from our caller unchanged.
+        unsafe { self.alloc_counted::<ZEROED>(layout, mode) }
+    }
+
+    /// The inner allocator's `alloc` or `alloc_zeroed`.
+    ///
+    /// # Safety
+    /// As `GlobalAlloc::alloc`.
+    #[inline(always)]
+    unsafe fn inner_alloc<const ZEROED: bool>(&self, layout: Layout) -> *mut u8 {
+        if ZEROED {
+            // SAFETY: forwarded from our caller unchanged.
+            unsafe { self.inner.alloc_zeroed(layout) }
+        } else {
+            // SAFETY: forwarded from our caller unchanged.
+            unsafe { self.inner.alloc(layout) }
+        }
+    }
+
     /// `alloc` with tracking on (or not yet initialised). Kept out of line so
     /// the switched-off path of `alloc` is a load, a branch and a jump, with
     /// no stack frame.
@@ -106,14 +141,8 @@ impl<A: GlobalAlloc> Alloc<A> {
     /// As `GlobalAlloc::alloc`.
     #[inline(never)]
     unsafe fn alloc_counted<const ZEROED: bool>(&self, layout: Layout, mode: u8) -> *mut u8 {
-        // ZEROED is a compile-time choice: two copies, no branch per call.
-        let p = if ZEROED {
-            // SAFETY: forwarded from our caller unchanged.
-            unsafe { self.inner.alloc_zeroed(layout) }
-        } else {
-            // SAFETY: forwarded from our caller unchanged.
-            unsafe { self.inner.alloc(layout) }
-        };
+        // SAFETY: forwarded from our caller unchanged.
+        let p = unsafe { self.inner_alloc::<ZEROED>(layout) };
         if mode == ON {
             on_alloc(p, layout.size());
         } else {
@@ -191,30 +220,19 @@ impl<A: GlobalAlloc> Alloc<A> {
 unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // Acquire: pairs with the Release in `start::tracking`, so the settings
-        // are visible once ON is seen. A plain load on x86.
-        let mode = HOT.mode.load(Ordering::Acquire);
-        if mode == OFF {
-            // SAFETY: forwarded from our caller unchanged.
-            return unsafe { self.inner.alloc(layout) };
-        }
         // SAFETY: forwarded from our caller unchanged.
-        unsafe { self.alloc_counted::<false>(layout, mode) }
+        unsafe { self.alloc_any::<false>(layout) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let mode = HOT.mode.load(Ordering::Acquire);
-        if mode == OFF {
-            // SAFETY: forwarded from our caller unchanged.
-            return unsafe { self.inner.alloc_zeroed(layout) };
-        }
         // SAFETY: forwarded from our caller unchanged.
-        unsafe { self.alloc_counted::<true>(layout, mode) }
+        unsafe { self.alloc_any::<true>(layout) }
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // Acquire: as in `alloc_any`.
         if HOT.mode.load(Ordering::Acquire) == OFF {
             // SAFETY: forwarded from our caller unchanged.
             return unsafe { self.inner.dealloc(ptr, layout) };
@@ -225,6 +243,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // Acquire: as in `alloc_any`.
         if HOT.mode.load(Ordering::Acquire) != ON {
             // SAFETY: forwarded from our caller unchanged.
             let new = unsafe { self.inner.realloc(ptr, layout, new_size) };

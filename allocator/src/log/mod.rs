@@ -232,52 +232,30 @@ impl LogConfig {
         let path = env("HEAPTAG_LOG").filter(|p| !p.is_empty())?;
         Some((|| {
             let mut c = LogConfig::new(path);
-            if let Some(v) = env("HEAPTAG_LOG_OVERWRITE") {
-                c.overwrite = flag("HEAPTAG_LOG_OVERWRITE", &v)?;
+            if let Some(yes) = env_value("HEAPTAG_LOG_OVERWRITE", FLAG, flag)? {
+                c.overwrite = yes;
             }
-            if let Some(v) = env("HEAPTAG_INTERVAL") {
-                c.interval = heaptag_format::parse_duration(&v).ok_or(LogError::BadEnv {
-                    name: "HEAPTAG_INTERVAL",
-                    value: v.clone(),
-                    expected: "a duration such as 100ms or 1s",
-                })?;
+            let duration = "a duration such as 100ms or 1s";
+            if let Some(every) = env_value("HEAPTAG_INTERVAL", duration, heaptag_format::parse_duration)? {
+                c.interval = every;
             }
-            if let Some(v) = env("HEAPTAG_FINGERPRINT_MIN") {
-                c.fingerprint_min = config::parse_size(v.as_bytes()).ok_or(LogError::BadEnv {
-                    name: "HEAPTAG_FINGERPRINT_MIN",
-                    value: v.clone(),
-                    expected: "a size such as 1M",
-                })?;
+            let size = |v: &str| config::parse_size(v.as_bytes());
+            if let Some(bytes) = env_value("HEAPTAG_FINGERPRINT_MIN", "a size such as 1M", size)? {
+                c.fingerprint_min = bytes;
             }
-            if let Some(v) = env("HEAPTAG_FINGERPRINT_FULL") {
-                c.fingerprint_full = flag("HEAPTAG_FINGERPRINT_FULL", &v)?;
+            if let Some(yes) = env_value("HEAPTAG_FINGERPRINT_FULL", FLAG, flag)? {
+                c.fingerprint_full = yes;
             }
-            if let Some(v) = env("HEAPTAG_STACK_DEPTH") {
-                c.stack_depth = v
-                    .trim()
-                    .parse()
-                    .ok()
-                    .filter(|&d: &u32| d as usize <= stacks::MAX_DEPTH)
-                    .ok_or(LogError::BadEnv {
-                        name: "HEAPTAG_STACK_DEPTH",
-                        value: v.clone(),
-                        expected: "a number of frames from 0 to 128",
-                    })?;
+            let depth = |v: &str| v.trim().parse().ok().filter(|&d: &u32| d as usize <= stacks::MAX_DEPTH);
+            if let Some(frames) = env_value("HEAPTAG_STACK_DEPTH", "a number of frames from 0 to 128", depth)? {
+                c.stack_depth = frames;
             }
-            if let Some(v) = env("HEAPTAG_BUFFER") {
-                c.buffer_events = v
-                    .trim()
-                    .parse()
-                    .ok()
-                    .filter(|&n: &usize| n >= 64)
-                    .ok_or(LogError::BadEnv {
-                        name: "HEAPTAG_BUFFER",
-                        value: v.clone(),
-                        expected: "a number of events, at least 64",
-                    })?;
+            let buffer = |v: &str| v.trim().parse().ok().filter(|&n: &usize| n >= 64);
+            if let Some(events) = env_value("HEAPTAG_BUFFER", "a number of events, at least 64", buffer)? {
+                c.buffer_events = events;
             }
-            if let Some(v) = env("HEAPTAG_SYMBOLS") {
-                c.symbols = flag("HEAPTAG_SYMBOLS", &v)?;
+            if let Some(yes) = env_value("HEAPTAG_SYMBOLS", FLAG, flag)? {
+                c.symbols = yes;
             }
             Ok(c)
         })())
@@ -381,15 +359,29 @@ fn env(name: &'static str) -> Option<String> {
     config::getenv(&c).map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
-fn flag(name: &'static str, v: &str) -> Result<bool, LogError> {
+/// The value of `name` converted by `parse`: `None` when unset, a
+/// [`LogError::BadEnv`] naming `expected` when it does not convert.
+fn env_value<T>(
+    name: &'static str,
+    expected: &'static str,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Result<Option<T>, LogError> {
+    let Some(value) = env(name) else { return Ok(None) };
+    match parse(&value) {
+        Some(t) => Ok(Some(t)),
+        None => Err(LogError::BadEnv { name, value, expected }),
+    }
+}
+
+/// What [`flag`] accepts, for its error message.
+const FLAG: &str = "0 or 1";
+
+/// An on/off variable's value.
+fn flag(v: &str) -> Option<bool> {
     match v.trim() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" | "" => Ok(false),
-        _ => Err(LogError::BadEnv {
-            name,
-            value: v.to_owned(),
-            expected: "0 or 1",
-        }),
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" | "" => Some(false),
+        _ => None,
     }
 }
 
