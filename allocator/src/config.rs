@@ -60,8 +60,8 @@ pub(crate) const OFF: u8 = 3;
 /// static in another crate costs a GOT load each under PIC).
 ///
 /// `mode` is loaded with Acquire and stored with Release at the end of
-/// start-up (`start::tracking`): a thread that sees `ON` also sees the other fields, which are
-/// written once before it and read Relaxed.
+/// start-up (`start::tracking`): a thread that sees `ON` also sees the other
+/// fields, which are written once before it and read Relaxed.
 #[repr(C, align(64))]
 pub(crate) struct Hot {
     pub(crate) mode: AtomicU8,
