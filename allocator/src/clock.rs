@@ -3,7 +3,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Monotonic nanoseconds at initialisation; times in records are relative to it.
-// Relaxed: written once during `config::init`, before MODE is published.
+// Relaxed: written once during start-up (`start::tracking`), before the mode
+// is published (Release), which orders it for every thread that tracks.
 static START_MONO: AtomicU64 = AtomicU64::new(0);
 
 fn read(clock: libc::clockid_t) -> u64 {

@@ -1,6 +1,7 @@
 //! Run-time settings: compiled-in defaults from the [`Alloc`](crate::Alloc)
 //! builder, overridden by environment variables read once, at the first
-//! allocation, without allocating.
+//! allocation (by `start.rs`), without allocating; and [`HOT`], the settings
+//! in force as the hot path reads them.
 //!
 //! | variable | meaning | default |
 //! | --- | --- | --- |
@@ -14,6 +15,8 @@
 //! message on stderr and counted in [`Health::config_errors`](crate::Health).
 
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+use crate::health;
 
 /// Settings an [`Alloc`](crate::Alloc) carries as compiled-in defaults.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,8 +60,8 @@ pub(crate) const OFF: u8 = 3;
 /// static in another crate costs a GOT load each under PIC).
 ///
 /// `mode` is loaded with Acquire and stored with Release at the end of
-/// [`init`]: a thread that sees `ON` also sees the other fields, which are
-/// written once before it and read Relaxed.
+/// start-up (`start::tracking`): a thread that sees `ON` also sees the other
+/// fields, which are written once before it and read Relaxed.
 #[repr(C, align(64))]
 pub(crate) struct Hot {
     pub(crate) mode: AtomicU8,
@@ -80,21 +83,34 @@ pub(crate) static HOT: Hot = Hot {
     scale: AtomicU64::new(u64::MAX / Settings::DEFAULT.sample_rate),
     rate: AtomicU64::new(Settings::DEFAULT.sample_rate),
 };
-/// Number of environment values that did not parse.
-pub(crate) static CONFIG_ERRORS: AtomicU64 = AtomicU64::new(0);
-
-/// Reads the environment over `defaults` and publishes the mode. Called by the
-/// first allocation; every other caller returns the mode it finds.
-#[cold]
-pub(crate) fn init(defaults: &Settings) -> u8 {
-    // Acquire on success/failure: see the MODE comment.
-    match HOT
-        .mode
-        .compare_exchange(UNINIT, INITIALIZING, Ordering::Acquire, Ordering::Acquire)
-    {
-        Ok(_) => {}
-        Err(mode) => return mode,
+impl Hot {
+    /// Stores the settings the hot path reads (all but the mode), with the
+    /// sampling `salt` already chosen. Called once by start-up, before the
+    /// mode is published.
+    pub(crate) fn store_settings(&self, s: &Settings, salt: u64) {
+        // Relaxed: published by the Release store of `mode` (see `Hot`).
+        self.threshold.store(s.threshold, Ordering::Relaxed);
+        self.rate.store(s.sample_rate, Ordering::Relaxed);
+        self.scale
+            .store(u64::MAX.checked_div(s.sample_rate).unwrap_or(0), Ordering::Relaxed);
+        self.salt.store(salt, Ordering::Relaxed);
     }
+}
+
+/// The settings in force (after the environment was read).
+pub fn settings() -> Settings {
+    Settings {
+        // Acquire: the settings are published with the mode.
+        enabled: HOT.mode.load(Ordering::Acquire) == ON,
+        threshold: HOT.threshold.load(Ordering::Relaxed),
+        sample_rate: HOT.rate.load(Ordering::Relaxed),
+        seed: Some(HOT.salt.load(Ordering::Relaxed)),
+    }
+}
+
+/// `defaults` overridden by the `HEAPTAG*` environment variables; values
+/// that do not parse are ignored, reported on stderr and counted.
+pub(crate) fn from_env(defaults: &Settings) -> Settings {
     let mut s = *defaults;
     if let Some(v) = getenv(c"HEAPTAG") {
         match v {
@@ -121,20 +137,7 @@ pub(crate) fn init(defaults: &Settings) -> u8 {
             None => complain(b"HEAPTAG_SEED", v, b"expected an integer"),
         }
     }
-    HOT.threshold.store(s.threshold, Ordering::Relaxed);
-    HOT.rate.store(s.sample_rate, Ordering::Relaxed);
-    HOT.scale
-        .store(u64::MAX.checked_div(s.sample_rate).unwrap_or(0), Ordering::Relaxed);
-    HOT.salt.store(s.seed.unwrap_or_else(random_salt), Ordering::Relaxed);
-    crate::clock::init();
-    crate::tag::init();
-    let mode = if s.enabled { ON } else { OFF };
-    if s.enabled {
-        crate::table::install_fork_handlers();
-    }
-    // Release: publishes the settings stored above.
-    HOT.mode.store(mode, Ordering::Release);
-    mode
+    s
 }
 
 /// Reads an environment variable without allocating.
@@ -184,7 +187,7 @@ fn trim(v: &[u8]) -> &[u8] {
 
 /// Writes `heaptag: ignoring NAME=VALUE: WHY` to stderr without allocating.
 fn complain(name: &[u8], value: &[u8], why: &[u8]) {
-    CONFIG_ERRORS.fetch_add(1, Ordering::Relaxed);
+    health::CONFIG_ERRORS.fetch_add(1, Ordering::Relaxed);
     let mut buf = [0u8; 256];
     let mut len = 0;
     for part in [b"heaptag: ignoring ".as_slice(), name, b"=", value, b": ", why, b"\n"] {
@@ -195,15 +198,6 @@ fn complain(name: &[u8], value: &[u8], why: &[u8]) {
     // SAFETY: `buf[..len]` is initialised memory we own; fd 2 may be closed,
     // in which case write fails harmlessly and we ignore it.
     let _ = unsafe { libc::write(2, buf.as_ptr().cast(), len) };
-}
-
-/// A per-run salt from the clock, the pid and ASLR (a stack address).
-fn random_salt() -> u64 {
-    let stack = 0u8;
-    let addr = std::ptr::addr_of!(stack) as u64;
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { libc::getpid() } as u64;
-    crate::internal::mix64(crate::clock::wall_ns() ^ addr.rotate_left(17) ^ (pid << 40))
 }
 
 #[cfg(test)]

@@ -1,18 +1,9 @@
 //! Memory the allocator never sees (mmaps, pinned host buffers, C++ heaps),
-//! recorded under a tag by the program that holds it.
+//! recorded under a tag by the program that holds it: the annotation API. What
+//! is held now lives in `held.rs`; each change also goes to the event log.
 
-use std::sync::atomic::Ordering;
-use std::sync::{Mutex, PoisonError};
-
-use hashbrown::HashMap;
-
-use crate::internal::{Internal, MixBuild};
-use crate::snapshot::ExternalStats;
+use crate::held;
 use crate::tag::{self, Tag};
-
-/// Bytes held per (tag id, kind).
-static HELD: Mutex<HashMap<(u32, &'static str), u64, MixBuild, Internal>> =
-    Mutex::new(HashMap::with_hasher_in(MixBuild::new(), Internal));
 
 /// Records `bytes` of memory the allocator never sees (an `mmap`ed SRS, a
 /// `cudaHostAlloc` buffer) under the calling thread's tag, until the returned
@@ -25,16 +16,7 @@ static HELD: Mutex<HashMap<(u32, &'static str), u64, MixBuild, Internal>> =
 /// ```
 pub fn external_alloc(bytes: u64, what: &'static str) -> ExternalGuard {
     let id = tag::intern(&tag::current());
-    if let Some(e) = tag::entry(id) {
-        // Relaxed: an independent statistic.
-        e.external_bytes.fetch_add(bytes, Ordering::Relaxed);
-    }
-    {
-        let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
-        if held.try_reserve(1).is_ok() {
-            *held.entry((id, what)).or_insert(0) += bytes;
-        }
-    }
+    held::add(id, what, bytes);
     log_change(id, what, bytes as i64);
     ExternalGuard { id, bytes, what }
 }
@@ -64,18 +46,7 @@ impl ExternalGuard {
 
 impl Drop for ExternalGuard {
     fn drop(&mut self) {
-        if let Some(e) = tag::entry(self.id) {
-            e.external_bytes.fetch_sub(self.bytes, Ordering::Relaxed);
-        }
-        {
-            let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(b) = held.get_mut(&(self.id, self.what)) {
-                *b = b.saturating_sub(self.bytes);
-                if *b == 0 {
-                    held.remove(&(self.id, self.what));
-                }
-            }
-        }
+        held::remove(self.id, self.what, self.bytes);
         log_change(self.id, self.what, -(self.bytes as i64));
     }
 }
@@ -90,25 +61,4 @@ fn log_change(tag: u32, what: &'static str, bytes: i64) {
             bytes,
         });
     }
-}
-
-/// External memory held now, by tag and kind, largest first.
-pub(crate) fn list() -> Vec<ExternalStats> {
-    let copy: Vec<((u32, &'static str), u64)> = {
-        let held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut v = Vec::new();
-        // Allocating while holding HELD is safe: the allocator never takes it.
-        v.extend(held.iter().map(|(k, b)| (*k, *b)));
-        v
-    };
-    let mut out: Vec<ExternalStats> = copy
-        .into_iter()
-        .map(|((id, what), bytes)| ExternalStats {
-            tag: tag::tag_of(id),
-            what: what.to_owned(),
-            bytes,
-        })
-        .collect();
-    out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.what.cmp(&b.what)));
-    out
 }

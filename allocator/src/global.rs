@@ -16,22 +16,17 @@
 //! one table insert or remove (tracked and sampled blocks only).
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 use tikv_jemallocator::Jemalloc;
 
-use crate::config::{self, Settings, HOT, OFF, ON};
+use crate::config::{Settings, HOT, OFF, ON};
+use crate::health::{ALLOC_FAILURES, UNTRACKED_FREES};
 use crate::log::ring::Event;
 use crate::table::{self, Entry};
 use crate::thread::{self, Pair};
-use crate::{clock, log, sampling, tag};
+use crate::{clock, log, sampling, start, tag};
 use heaptag_format::FpWhen;
-
-/// Allocations the inner allocator refused (null returns), passed through.
-pub(crate) static ALLOC_FAILURES: AtomicU64 = AtomicU64::new(0);
-/// Frees of blocks of tracked size that heaptag has no record of (allocated
-/// while it initialised, or when the table could not grow). Counted, never fatal.
-pub(crate) static UNTRACKED_FREES: AtomicU64 = AtomicU64::new(0);
 
 /// heaptag's global allocator: wraps an inner allocator (jemalloc by default)
 /// and charges every allocation to the calling thread's [`Tag`](crate::Tag).
@@ -103,6 +98,41 @@ impl<A> Alloc<A> {
 }
 
 impl<A: GlobalAlloc> Alloc<A> {
+    /// `alloc` (`ZEROED = false`) or `alloc_zeroed` (`true`): when switched
+    /// off, a load, a branch and a jump to the inner allocator; otherwise
+    /// `alloc_counted`. ZEROED is a compile-time choice: two copies, no branch
+    /// per call.
+    ///
+    /// # Safety
+    /// As `GlobalAlloc::alloc`.
+    #[inline(always)]
+    unsafe fn alloc_any<const ZEROED: bool>(&self, layout: Layout) -> *mut u8 {
+        // Acquire: pairs with the Release in `start::tracking`, so the settings
+        // are visible once ON is seen. A plain load on x86.
+        let mode = HOT.mode.load(Ordering::Acquire);
+        if mode == OFF {
+            // SAFETY: forwarded from our caller unchanged.
+            return unsafe { self.inner_alloc::<ZEROED>(layout) };
+        }
+        // SAFETY: forwarded from our caller unchanged.
+        unsafe { self.alloc_counted::<ZEROED>(layout, mode) }
+    }
+
+    /// The inner allocator's `alloc` or `alloc_zeroed`.
+    ///
+    /// # Safety
+    /// As `GlobalAlloc::alloc`.
+    #[inline(always)]
+    unsafe fn inner_alloc<const ZEROED: bool>(&self, layout: Layout) -> *mut u8 {
+        if ZEROED {
+            // SAFETY: forwarded from our caller unchanged.
+            unsafe { self.inner.alloc_zeroed(layout) }
+        } else {
+            // SAFETY: forwarded from our caller unchanged.
+            unsafe { self.inner.alloc(layout) }
+        }
+    }
+
     /// `alloc` with tracking on (or not yet initialised). Kept out of line so
     /// the switched-off path of `alloc` is a load, a branch and a jump, with
     /// no stack frame.
@@ -111,14 +141,8 @@ impl<A: GlobalAlloc> Alloc<A> {
     /// As `GlobalAlloc::alloc`.
     #[inline(never)]
     unsafe fn alloc_counted<const ZEROED: bool>(&self, layout: Layout, mode: u8) -> *mut u8 {
-        // ZEROED is a compile-time choice: two copies, no branch per call.
-        let p = if ZEROED {
-            // SAFETY: forwarded from our caller unchanged.
-            unsafe { self.inner.alloc_zeroed(layout) }
-        } else {
-            // SAFETY: forwarded from our caller unchanged.
-            unsafe { self.inner.alloc(layout) }
-        };
+        // SAFETY: forwarded from our caller unchanged.
+        let p = unsafe { self.inner_alloc::<ZEROED>(layout) };
         if mode == ON {
             on_alloc(p, layout.size());
         } else {
@@ -146,12 +170,13 @@ impl<A: GlobalAlloc> Alloc<A> {
     }
 
     /// The first calls, before the mode is known (or while another thread
-    /// reads the settings): count, but record nothing, since the threshold
-    /// and sampling salt may not be final.
+    /// starts heaptag): the first one runs start-up; until it is done, count
+    /// but record nothing, since the threshold and sampling salt may not be
+    /// final.
     #[cold]
     #[inline(never)]
     fn on_alloc_uninit(&self, p: *mut u8, size: usize) {
-        match config::init(&self.settings) {
+        match start::tracking(&self.settings) {
             ON => on_alloc(p, size),
             OFF => {}
             _ if p.is_null() => {
@@ -195,30 +220,19 @@ impl<A: GlobalAlloc> Alloc<A> {
 unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // Acquire: pairs with the Release in `config::init`, so the settings
-        // are visible once ON is seen. A plain load on x86.
-        let mode = HOT.mode.load(Ordering::Acquire);
-        if mode == OFF {
-            // SAFETY: forwarded from our caller unchanged.
-            return unsafe { self.inner.alloc(layout) };
-        }
         // SAFETY: forwarded from our caller unchanged.
-        unsafe { self.alloc_counted::<false>(layout, mode) }
+        unsafe { self.alloc_any::<false>(layout) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let mode = HOT.mode.load(Ordering::Acquire);
-        if mode == OFF {
-            // SAFETY: forwarded from our caller unchanged.
-            return unsafe { self.inner.alloc_zeroed(layout) };
-        }
         // SAFETY: forwarded from our caller unchanged.
-        unsafe { self.alloc_counted::<true>(layout, mode) }
+        unsafe { self.alloc_any::<true>(layout) }
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // Acquire: as in `alloc_any`.
         if HOT.mode.load(Ordering::Acquire) == OFF {
             // SAFETY: forwarded from our caller unchanged.
             return unsafe { self.inner.dealloc(ptr, layout) };
@@ -229,6 +243,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // Acquire: as in `alloc_any`.
         if HOT.mode.load(Ordering::Acquire) != ON {
             // SAFETY: forwarded from our caller unchanged.
             let new = unsafe { self.inner.realloc(ptr, layout, new_size) };

@@ -4,12 +4,12 @@ use std::sync::atomic::Ordering;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{self, HOT, ON};
-use crate::global::{ALLOC_FAILURES, UNTRACKED_FREES};
+use crate::health::{self, Health};
+use crate::held::{self, ExternalStats};
 use crate::internal::OVERHEAD_BYTES;
 use crate::tag::{self, Tag, TagEntry};
 use crate::thread::TagCounts;
-use crate::{clock, external, table, thread};
+use crate::{clock, config, table, thread};
 
 /// Counters of every tag at one moment, plus totals and heaptag's health.
 ///
@@ -134,50 +134,6 @@ pub struct Totals {
     pub external_bytes: u64,
 }
 
-/// External memory of one kind held under one tag.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExternalStats {
-    /// The tag that holds it.
-    pub tag: Tag,
-    /// What it is (the `what` given to [`external_alloc`](crate::external_alloc)).
-    pub what: String,
-    /// Bytes held now.
-    pub bytes: u64,
-}
-
-/// What heaptag had to degrade, and the size of its own state.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Health {
-    /// Allocations the inner allocator refused (passed through as null).
-    pub alloc_failures: u64,
-    /// Frees of tracked-size blocks heaptag had no record of.
-    pub untracked_frees: u64,
-    /// Blocks that could not be recorded (internal heap exhausted).
-    pub table_insert_failures: u64,
-    /// Records found stale at insert (a free heaptag never saw).
-    pub stale_entries: u64,
-    /// Tags that got no id (more than `MAX_TAGS`); charged as untagged.
-    pub tag_overflow: u64,
-    /// `HEAPTAG*` environment values that did not parse (ignored).
-    pub config_errors: u64,
-    /// Events the log dropped: its buffer was full, or the file could not
-    /// be written (see `log_write_errors`).
-    pub dropped_events: u64,
-    /// Writes to the log file that failed (disk full, I/O error).
-    pub log_write_errors: u64,
-    /// Call stacks that could not be stored (internal heap exhausted); their
-    /// events carry no stack.
-    pub stacks_not_stored: u64,
-    /// Threads that allocated so far.
-    pub threads_seen: u64,
-    /// Per-thread counter slots owned by live threads now.
-    pub thread_slots_in_use: u64,
-    /// Distinct tags so far.
-    pub tags: u64,
-    /// Tracked and sampled blocks recorded in the side table now.
-    pub table_entries: u64,
-}
-
 impl Snapshot {
     /// The counters of `tag`, if it ever allocated.
     pub fn tag(&self, tag: &Tag) -> Option<&TagStats> {
@@ -192,12 +148,11 @@ impl Snapshot {
 
 /// Takes a snapshot of every tag's counters.
 pub fn snapshot() -> Snapshot {
-    // Acquire: see the settings published with the mode.
-    let enabled = HOT.mode.load(Ordering::Acquire) == ON;
+    let settings = config::settings();
     let mut snap = Snapshot {
-        enabled,
-        threshold: config::HOT.threshold.load(Ordering::Relaxed) as u64,
-        sample_rate: config::HOT.rate.load(Ordering::Relaxed),
+        enabled: settings.enabled,
+        threshold: settings.threshold as u64,
+        sample_rate: settings.sample_rate,
         time_ns: clock::now_ns(),
         ..Snapshot::default()
     };
@@ -227,23 +182,13 @@ pub fn snapshot() -> Snapshot {
     totals.live_count = totals.alloc_count.saturating_sub(totals.free_count);
     totals.small_live_bytes = totals.live_bytes.saturating_sub(totals.tracked_live_bytes);
     snap.totals = totals;
-    snap.external = external::list();
+    snap.external = held::list();
     snap.overhead_bytes = OVERHEAD_BYTES.load(Ordering::Relaxed);
-    snap.health = Health {
-        alloc_failures: ALLOC_FAILURES.load(Ordering::Relaxed),
-        untracked_frees: UNTRACKED_FREES.load(Ordering::Relaxed),
-        table_insert_failures: table::INSERT_FAILURES.load(Ordering::Relaxed),
-        stale_entries: table::STALE_ENTRIES.load(Ordering::Relaxed),
-        tag_overflow: tag::TAG_OVERFLOW.load(Ordering::Relaxed),
-        config_errors: config::CONFIG_ERRORS.load(Ordering::Relaxed),
-        dropped_events: crate::log::dropped(),
-        log_write_errors: crate::log::write_errors(),
-        stacks_not_stored: u64::from(crate::log::stacks::STORE_FAILURES.load(Ordering::Relaxed)),
-        threads_seen: u64::from(thread::threads_seen()),
+    snap.health = health::read(health::Sizes {
         thread_slots_in_use: thread::slots_in_use() as u64,
         tags: u64::from(n),
         table_entries: table::len() as u64,
-    };
+    });
     snap
 }
 

@@ -13,11 +13,12 @@
 //! move it). Between those two points no other thread can be given the same
 //! address.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use hashbrown::HashMap;
 
+use crate::health::{STALE_ENTRIES, TABLE_INSERT_FAILURES};
 use crate::internal::{mix64, Internal, MixBuild};
 
 const SHARDS: usize = 128;
@@ -44,12 +45,6 @@ type Shard = Mutex<Map>;
 
 static TABLE: [Shard; SHARDS] = [const { Mutex::new(HashMap::with_hasher_in(MixBuild::new(), Internal)) }; SHARDS];
 
-/// Inserts that failed because the internal heap could not grow a shard.
-pub(crate) static INSERT_FAILURES: AtomicU64 = AtomicU64::new(0);
-/// Inserts that found a stale entry at the same address (a free heaptag
-/// never saw, e.g. one made while tracking was initialising).
-pub(crate) static STALE_ENTRIES: AtomicU64 = AtomicU64::new(0);
-
 #[inline]
 fn shard(addr: usize) -> MutexGuard<'static, HashMap<usize, Entry, MixBuild, Internal>> {
     let i = (mix64(addr as u64) >> 32) as usize % SHARDS;
@@ -62,7 +57,7 @@ fn shard(addr: usize) -> MutexGuard<'static, HashMap<usize, Entry, MixBuild, Int
 pub(crate) fn insert(addr: usize, entry: Entry) -> bool {
     let mut map = shard(addr);
     if map.try_reserve(1).is_err() {
-        INSERT_FAILURES.fetch_add(1, Ordering::Relaxed);
+        TABLE_INSERT_FAILURES.fetch_add(1, Ordering::Relaxed);
         return false;
     }
     if map.insert(addr, entry).is_some() {

@@ -15,6 +15,7 @@ use std::sync::{Mutex, PoisonError};
 use hashbrown::{HashMap, HashSet};
 use serde::{Deserialize, Deserializer, Serialize};
 
+use crate::health::TAG_OVERFLOW;
 use crate::internal::{leak_zeroed, Internal, MixBuild};
 use crate::thread;
 
@@ -31,11 +32,13 @@ pub struct Tag {
     pub partition: Option<u32>,
 }
 
-/// Maximum number of distinct tags in one process; later tags are charged to
-/// the untagged tag and counted in [`Health::tag_overflow`](crate::Health).
-pub const MAX_TAGS: usize = CHUNK * DIR;
+/// Maximum number of distinct tags in one process (as many as a thread's
+/// counter slot has counters for); later tags are charged to the untagged tag
+/// and counted in [`Health::tag_overflow`](crate::Health).
+pub const MAX_TAGS: usize = thread::TAG_IDS;
 const CHUNK: usize = 256;
-const DIR: usize = 256;
+const DIR: usize = MAX_TAGS / CHUNK;
+const _: () = assert!(CHUNK * DIR == MAX_TAGS, "the tag directory covers every id");
 
 impl Tag {
     /// The untagged tag (no job, no stage, no partition).
@@ -325,8 +328,6 @@ static TAG_DIR: [AtomicPtr<TagChunk>; DIR] = [const { AtomicPtr::new(std::ptr::n
 /// Number of published tag ids. Release on publish, Acquire on read: an id
 /// below it has its key written and its chunk pointer visible.
 static TAG_COUNT: AtomicU32 = AtomicU32::new(0);
-/// Tags that could not get an id (table full or out of memory).
-pub(crate) static TAG_OVERFLOW: AtomicU64 = AtomicU64::new(0);
 
 static INTERN: Mutex<HashMap<Tag, u32, MixBuild, Internal>> =
     Mutex::new(HashMap::with_hasher_in(MixBuild::new(), Internal));
@@ -364,7 +365,7 @@ pub(crate) fn tag_of(id: u32) -> Tag {
     }
 }
 
-/// Makes sure id 0 (untagged) exists. Called once from `config::init`.
+/// Makes sure id 0 (untagged) exists. Called once, by start-up (`start.rs`).
 pub(crate) fn init() {
     intern(&Tag::UNTAGGED);
 }

@@ -15,13 +15,17 @@ use std::cell::Cell;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
+use crate::health::THREADS_SEEN;
 use crate::internal::leak_zeroed;
-use crate::tag::MAX_TAGS;
 
 /// Number of thread slots; beyond this many live threads, the shared slot.
 pub const MAX_THREAD_SLOTS: usize = 1024;
+/// Tag ids a slot has counters for (`0..TAG_IDS`): the tag table hands out
+/// no more ([`MAX_TAGS`](crate::MAX_TAGS) is this number). Defined here, below
+/// the tag table, so this module needs nothing from `tag.rs`.
+pub(crate) const TAG_IDS: usize = PAGE * PAGES;
 const PAGE: usize = 256;
-const PAGES: usize = MAX_TAGS / PAGE;
+const PAGES: usize = 256;
 
 /// One thread's counts for one tag.
 #[derive(Default)]
@@ -147,17 +151,10 @@ static SLOTS: [Slot; MAX_THREAD_SLOTS] = [const { Slot::new() }; MAX_THREAD_SLOT
 static SHARED: Slot = Slot::new();
 /// Where the next slot search starts (spreads threads, keeps the scan short).
 static NEXT_SLOT: AtomicU32 = AtomicU32::new(0);
-/// Thread numbers handed out; also the number of threads that allocated.
-static THREADS: AtomicU32 = AtomicU32::new(0);
 
 /// Every slot, shared one included, for snapshots.
 pub(crate) fn all_slots() -> impl Iterator<Item = &'static Slot> {
     SLOTS.iter().chain(std::iter::once(&SHARED))
-}
-
-/// Number of threads that have allocated through heaptag.
-pub(crate) fn threads_seen() -> u32 {
-    THREADS.load(Ordering::Relaxed)
 }
 
 const NEW: u8 = 0;
@@ -322,7 +319,8 @@ pub(crate) fn charged() -> (u32, u32) {
 #[inline(never)]
 fn attach(s: &ThreadState) {
     s.phase.set(ATTACHING);
-    s.thread.set(THREADS.fetch_add(1, Ordering::Relaxed) + 1);
+    // Relaxed: see THREADS_SEEN.
+    s.thread.set(THREADS_SEEN.fetch_add(1, Ordering::Relaxed) + 1);
     let Some(slot) = take_slot() else {
         // Pool exhausted: this thread counts in the shared slot.
         s.phase.set(ATTACHED);

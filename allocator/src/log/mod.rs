@@ -13,8 +13,8 @@
 //! to the last frame written. When a write fails (disk full, I/O error) the
 //! frame's events are counted as dropped and the program goes on.
 //!
-//! Logging starts from `HEAPTAG_LOG=path` (read by a constructor before
-//! `main`) or from [`LogConfig::start`]. [`finish`] flushes, fingerprints the
+//! Logging starts from `HEAPTAG_LOG=path` (read by start-up's constructor
+//! before `main`, see `start.rs`) or from [`LogConfig::start`]. [`finish`] flushes, fingerprints the
 //! blocks still alive, resolves the call stacks' symbols and writes the end
 //! record; it also runs at normal process exit. A forked child stops logging
 //! (it never writes into its parent's file).
@@ -58,10 +58,6 @@ static WRITER: Mutex<Option<worker::Writer>> = Mutex::new(None);
 /// Tracked blocks of at least this size are fingerprinted.
 static FP_MIN: AtomicU64 = AtomicU64::new(u64::MAX);
 static FP_FULL: AtomicBool = AtomicBool::new(false);
-/// Events lost because the file could not be written.
-static LOST: AtomicU64 = AtomicU64::new(0);
-/// `write(2)` calls that failed.
-static WRITE_ERRORS: AtomicU64 = AtomicU64::new(0);
 /// Set by `mark()`: the writer samples at its next cycle.
 static SAMPLE_NOW: AtomicBool = AtomicBool::new(false);
 
@@ -81,12 +77,7 @@ pub(crate) fn emit(ev: Event) {
 
 /// Events dropped so far: ring full, or lost to write failures.
 pub(crate) fn dropped() -> u64 {
-    RING.dropped.load(Ordering::Relaxed) + LOST.load(Ordering::Relaxed)
-}
-
-/// Failed writes so far.
-pub(crate) fn write_errors() -> u64 {
-    WRITE_ERRORS.load(Ordering::Relaxed)
+    crate::health::dropped_events()
 }
 
 /// Whether a tracked block of `size` bytes is fingerprinted.
@@ -246,52 +237,30 @@ impl LogConfig {
         let path = env("HEAPTAG_LOG").filter(|p| !p.is_empty())?;
         Some((|| {
             let mut c = LogConfig::new(path);
-            if let Some(v) = env("HEAPTAG_LOG_OVERWRITE") {
-                c.overwrite = flag("HEAPTAG_LOG_OVERWRITE", &v)?;
+            if let Some(yes) = env_value("HEAPTAG_LOG_OVERWRITE", FLAG, flag)? {
+                c.overwrite = yes;
             }
-            if let Some(v) = env("HEAPTAG_INTERVAL") {
-                c.interval = heaptag_format::parse_duration(&v).ok_or(LogError::BadEnv {
-                    name: "HEAPTAG_INTERVAL",
-                    value: v.clone(),
-                    expected: "a duration such as 100ms or 1s",
-                })?;
+            let duration = "a duration such as 100ms or 1s";
+            if let Some(every) = env_value("HEAPTAG_INTERVAL", duration, heaptag_format::parse_duration)? {
+                c.interval = every;
             }
-            if let Some(v) = env("HEAPTAG_FINGERPRINT_MIN") {
-                c.fingerprint_min = config::parse_size(v.as_bytes()).ok_or(LogError::BadEnv {
-                    name: "HEAPTAG_FINGERPRINT_MIN",
-                    value: v.clone(),
-                    expected: "a size such as 1M",
-                })?;
+            let size = |v: &str| config::parse_size(v.as_bytes());
+            if let Some(bytes) = env_value("HEAPTAG_FINGERPRINT_MIN", "a size such as 1M", size)? {
+                c.fingerprint_min = bytes;
             }
-            if let Some(v) = env("HEAPTAG_FINGERPRINT_FULL") {
-                c.fingerprint_full = flag("HEAPTAG_FINGERPRINT_FULL", &v)?;
+            if let Some(yes) = env_value("HEAPTAG_FINGERPRINT_FULL", FLAG, flag)? {
+                c.fingerprint_full = yes;
             }
-            if let Some(v) = env("HEAPTAG_STACK_DEPTH") {
-                c.stack_depth = v
-                    .trim()
-                    .parse()
-                    .ok()
-                    .filter(|&d: &u32| d as usize <= stacks::MAX_DEPTH)
-                    .ok_or(LogError::BadEnv {
-                        name: "HEAPTAG_STACK_DEPTH",
-                        value: v.clone(),
-                        expected: "a number of frames from 0 to 128",
-                    })?;
+            let depth = |v: &str| v.trim().parse().ok().filter(|&d: &u32| d as usize <= stacks::MAX_DEPTH);
+            if let Some(frames) = env_value("HEAPTAG_STACK_DEPTH", "a number of frames from 0 to 128", depth)? {
+                c.stack_depth = frames;
             }
-            if let Some(v) = env("HEAPTAG_BUFFER") {
-                c.buffer_events = v
-                    .trim()
-                    .parse()
-                    .ok()
-                    .filter(|&n: &usize| n >= 64)
-                    .ok_or(LogError::BadEnv {
-                        name: "HEAPTAG_BUFFER",
-                        value: v.clone(),
-                        expected: "a number of events, at least 64",
-                    })?;
+            let buffer = |v: &str| v.trim().parse().ok().filter(|&n: &usize| n >= 64);
+            if let Some(events) = env_value("HEAPTAG_BUFFER", "a number of events, at least 64", buffer)? {
+                c.buffer_events = events;
             }
-            if let Some(v) = env("HEAPTAG_SYMBOLS") {
-                c.symbols = flag("HEAPTAG_SYMBOLS", &v)?;
+            if let Some(yes) = env_value("HEAPTAG_SYMBOLS", FLAG, flag)? {
+                c.symbols = yes;
             }
             Ok(c)
         })())
@@ -395,15 +364,29 @@ fn env(name: &'static str) -> Option<String> {
     config::getenv(&c).map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
-fn flag(name: &'static str, v: &str) -> Result<bool, LogError> {
+/// The value of `name` converted by `parse`: `None` when unset, a
+/// [`LogError::BadEnv`] naming `expected` when it does not convert.
+fn env_value<T>(
+    name: &'static str,
+    expected: &'static str,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Result<Option<T>, LogError> {
+    let Some(value) = env(name) else { return Ok(None) };
+    match parse(&value) {
+        Some(t) => Ok(Some(t)),
+        None => Err(LogError::BadEnv { name, value, expected }),
+    }
+}
+
+/// What [`flag`] accepts, for its error message.
+const FLAG: &str = "0 or 1";
+
+/// An on/off variable's value.
+fn flag(v: &str) -> Option<bool> {
     match v.trim() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" | "" => Ok(false),
-        _ => Err(LogError::BadEnv {
-            name,
-            value: v.to_owned(),
-            expected: "0 or 1",
-        }),
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" | "" => Some(false),
+        _ => None,
     }
 }
 
@@ -503,29 +486,6 @@ pub fn mark(label: &str) {
     fingerprint_live(FpWhen::Mark);
     SAMPLE_NOW.store(true, Ordering::Relaxed);
 }
-
-/// Starts the log from `HEAPTAG_LOG` before `main`, when set.
-extern "C" fn start_from_env() {
-    if config::getenv(c"HEAPTAG_LOG").is_none_or(|v| v.is_empty()) {
-        return;
-    }
-    // The first allocation initialises the installed global allocator with
-    // its own settings; if heaptag is not installed, the mode stays unset.
-    drop(std::hint::black_box(Box::new(0u64)));
-    match LogConfig::from_env() {
-        Some(Ok(c)) => {
-            if let Err(e) = c.start() {
-                eprintln!("heaptag: not logging: {e}");
-            }
-        }
-        Some(Err(e)) => eprintln!("heaptag: not logging: {e}"),
-        None => {}
-    }
-}
-
-#[used]
-#[link_section = ".init_array"]
-static START_FROM_ENV: extern "C" fn() = start_from_env;
 
 #[cfg(test)]
 mod tests {

@@ -12,7 +12,7 @@
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use allocator_api2::alloc::Allocator;
 pub(crate) use heaptag_format::Event;
@@ -32,8 +32,6 @@ pub(crate) struct Ring {
     mask: AtomicUsize,
     enq: crate::log::Padded<AtomicUsize>,
     deq: crate::log::Padded<AtomicUsize>,
-    /// Events dropped because the queue was full.
-    pub(crate) dropped: AtomicU64,
 }
 
 // SAFETY: a cell's event is written only by the producer that won its slot
@@ -48,7 +46,6 @@ impl Ring {
             mask: AtomicUsize::new(0),
             enq: crate::log::Padded(AtomicUsize::new(0)),
             deq: crate::log::Padded(AtomicUsize::new(0)),
-            dropped: AtomicU64::new(0),
         }
     }
 
@@ -117,7 +114,7 @@ impl Ring {
                 }
             } else if diff < 0 {
                 // Full: the consumer has not freed this cell yet.
-                self.dropped.fetch_add(1, Ordering::Relaxed);
+                crate::health::LOG_RING_FULL.fetch_add(1, Ordering::Relaxed);
                 return false;
             } else {
                 pos = self.enq.0.load(Ordering::Relaxed);

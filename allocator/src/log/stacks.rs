@@ -12,6 +12,7 @@ use std::sync::{Mutex, PoisonError};
 use allocator_api2::vec::Vec as IVec;
 use hashbrown::HashMap;
 
+use crate::health::STACKS_NOT_STORED;
 use crate::internal::{mix64, Internal, MixBuild};
 
 /// Deepest stack recorded.
@@ -32,9 +33,6 @@ static TABLE: Mutex<Table> = Mutex::new(Table {
     frames: IVec::new_in(Internal),
     index: IVec::new_in(Internal),
 });
-
-/// Stacks that could not be stored (internal heap exhausted).
-pub(crate) static STORE_FAILURES: AtomicU32 = AtomicU32::new(0);
 
 /// Captures the calling thread's stack and returns its id (0 when stacks are
 /// off or it could not be stored).
@@ -82,7 +80,7 @@ pub(crate) fn intern(frames: &[u64]) -> u32 {
         || t.index.try_reserve(1).is_err()
         || t.by_hash.try_reserve(1).is_err()
     {
-        STORE_FAILURES.fetch_add(1, Ordering::Relaxed);
+        STACKS_NOT_STORED.fetch_add(1, Ordering::Relaxed);
         return 0;
     }
     t.frames.extend_from_slice(frames);

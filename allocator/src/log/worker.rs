@@ -13,8 +13,9 @@ use heaptag_format::{FrameEncoder, Header, LogSettings, RecordRef, Sink, TagCoun
 
 use super::ring::Event;
 use super::{procfs, stacks, LogConfig, LogError, LogSummary};
-use super::{LOST, RING, SAMPLE_NOW, SIDE, STATE, WRITER, WRITE_ERRORS};
+use super::{RING, SAMPLE_NOW, SIDE, STATE, WRITER};
 use crate::clock;
+use crate::health::{LOG_EVENTS_LOST, LOG_WRITE_ERRORS};
 use crate::internal::Internal;
 use crate::tag::{self, Tag};
 
@@ -240,7 +241,7 @@ impl Writer {
     /// memory is dropped whole and counted as lost.
     fn put(&mut self, r: RecordRef<'_>) {
         if !self.enc.push(r) {
-            LOST.fetch_add(1, Ordering::Relaxed);
+            LOG_EVENTS_LOST.fetch_add(1, Ordering::Relaxed);
         }
         if self.enc.len() >= FRAME_TARGET {
             self.flush();
@@ -259,7 +260,7 @@ impl Writer {
             if !ok {
                 // Cut off below: the next frame takes this one's number.
                 self.enc.retract();
-                WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
+                LOG_WRITE_ERRORS.fetch_add(1, Ordering::Relaxed);
             }
             ok
         };
@@ -269,7 +270,7 @@ impl Writer {
                 self.events += self.pending_events;
             }
             false => {
-                LOST.fetch_add(self.pending_events, Ordering::Relaxed);
+                LOG_EVENTS_LOST.fetch_add(self.pending_events, Ordering::Relaxed);
                 // Cut a partly written frame off the end, so the file stays a
                 // clean sequence of whole frames, and say what was lost.
                 // SAFETY: `fd` is open; both calls only change this file.

@@ -1,0 +1,127 @@
+//! What heaptag had to degrade: every counter [`Health`] reports, in one
+//! place.
+//!
+//! A leaf module: it depends on nothing else in the crate, so any module
+//! (the hot path, start-up, the writer) can count here without an import
+//! cycle, and a reader finds every way heaptag degrades in one list.
+//!
+//! Every counter is an independent statistic: it is updated with Relaxed
+//! RMWs (an increment is never lost, and no other memory is published
+//! through it) and read Relaxed by [`read`], so a snapshot may see one
+//! counter a moment before another. They are incremented only where
+//! something went wrong or a thread starts, never on the common alloc/free
+//! path, so they need no padding.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+/// Allocations the inner allocator refused (null returns), passed through.
+// Relaxed: an independent statistic (see the module docs), as for every
+// counter below.
+pub(crate) static ALLOC_FAILURES: AtomicU64 = AtomicU64::new(0);
+/// Frees of blocks of tracked size that heaptag has no record of (allocated
+/// while it initialised, or when the table could not grow). Counted, never fatal.
+// Relaxed: an independent statistic.
+pub(crate) static UNTRACKED_FREES: AtomicU64 = AtomicU64::new(0);
+/// Side-table inserts that failed because the internal heap could not grow a shard.
+// Relaxed: an independent statistic.
+pub(crate) static TABLE_INSERT_FAILURES: AtomicU64 = AtomicU64::new(0);
+/// Side-table inserts that found a stale entry at the same address (a free
+/// heaptag never saw, e.g. one made while tracking was initialising).
+// Relaxed: an independent statistic.
+pub(crate) static STALE_ENTRIES: AtomicU64 = AtomicU64::new(0);
+/// Tags that could not get an id (table full or out of memory); charged as untagged.
+// Relaxed: an independent statistic.
+pub(crate) static TAG_OVERFLOW: AtomicU64 = AtomicU64::new(0);
+/// `HEAPTAG*` environment values that did not parse (ignored).
+// Relaxed: an independent statistic.
+pub(crate) static CONFIG_ERRORS: AtomicU64 = AtomicU64::new(0);
+/// Events the log dropped because its ring was full.
+// Relaxed: an independent statistic.
+pub(crate) static LOG_RING_FULL: AtomicU64 = AtomicU64::new(0);
+/// Events the log lost because the file could not be written.
+// Relaxed: an independent statistic.
+pub(crate) static LOG_EVENTS_LOST: AtomicU64 = AtomicU64::new(0);
+/// `write(2)` calls to the log file that failed.
+// Relaxed: an independent statistic.
+pub(crate) static LOG_WRITE_ERRORS: AtomicU64 = AtomicU64::new(0);
+/// Call stacks that could not be stored (internal heap exhausted).
+// Relaxed: an independent statistic.
+pub(crate) static STACKS_NOT_STORED: AtomicU64 = AtomicU64::new(0);
+/// Thread numbers handed out: also the number of threads that allocated.
+// Relaxed: the RMW alone makes each number unique; nothing is published
+// through it.
+pub(crate) static THREADS_SEEN: AtomicU32 = AtomicU32::new(0);
+
+/// Events the log dropped so far: its ring was full, or they were lost to
+/// write failures.
+pub(crate) fn dropped_events() -> u64 {
+    LOG_RING_FULL.load(Ordering::Relaxed) + LOG_EVENTS_LOST.load(Ordering::Relaxed)
+}
+
+/// What heaptag had to degrade, and the size of its own state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    /// Allocations the inner allocator refused (passed through as null).
+    pub alloc_failures: u64,
+    /// Frees of tracked-size blocks heaptag had no record of.
+    pub untracked_frees: u64,
+    /// Blocks that could not be recorded (internal heap exhausted).
+    pub table_insert_failures: u64,
+    /// Records found stale at insert (a free heaptag never saw).
+    pub stale_entries: u64,
+    /// Tags that got no id (more than `MAX_TAGS`); charged as untagged.
+    pub tag_overflow: u64,
+    /// `HEAPTAG*` environment values that did not parse (ignored).
+    pub config_errors: u64,
+    /// Events the log dropped: its buffer was full, or the file could not
+    /// be written (see `log_write_errors`).
+    pub dropped_events: u64,
+    /// Writes to the log file that failed (disk full, I/O error).
+    pub log_write_errors: u64,
+    /// Call stacks that could not be stored (internal heap exhausted); their
+    /// events carry no stack.
+    pub stacks_not_stored: u64,
+    /// Threads that allocated so far.
+    pub threads_seen: u64,
+    /// Per-thread counter slots owned by live threads now.
+    pub thread_slots_in_use: u64,
+    /// Distinct tags so far.
+    pub tags: u64,
+    /// Tracked and sampled blocks recorded in the side table now.
+    pub table_entries: u64,
+}
+
+/// The sizes of heaptag's state that [`Health`] reports: not counters, but
+/// measured by the modules that own the state (thread slots, tag table, side
+/// table) when a snapshot is taken.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Sizes {
+    /// Per-thread counter slots owned by live threads now.
+    pub(crate) thread_slots_in_use: u64,
+    /// Distinct tags so far.
+    pub(crate) tags: u64,
+    /// Entries of the side table now.
+    pub(crate) table_entries: u64,
+}
+
+/// Every counter now, with the state `sizes` measured by the caller.
+pub(crate) fn read(sizes: Sizes) -> Health {
+    let ld = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    Health {
+        alloc_failures: ld(&ALLOC_FAILURES),
+        untracked_frees: ld(&UNTRACKED_FREES),
+        table_insert_failures: ld(&TABLE_INSERT_FAILURES),
+        stale_entries: ld(&STALE_ENTRIES),
+        tag_overflow: ld(&TAG_OVERFLOW),
+        config_errors: ld(&CONFIG_ERRORS),
+        dropped_events: dropped_events(),
+        log_write_errors: ld(&LOG_WRITE_ERRORS),
+        stacks_not_stored: ld(&STACKS_NOT_STORED),
+        threads_seen: u64::from(THREADS_SEEN.load(Ordering::Relaxed)),
+        thread_slots_in_use: sizes.thread_slots_in_use,
+        tags: sizes.tags,
+        table_entries: sizes.table_entries,
+    }
+}

@@ -1,0 +1,92 @@
+//! Start-up, in order, in one place.
+//!
+//! heaptag starts in two steps, each triggered from exactly one place:
+//!
+//! 1. [`tracking`], at the first allocation (from `Alloc`'s not-yet-started
+//!    path in `global.rs`), on the allocating thread, before the block is
+//!    counted:
+//!    1. read the settings: the [`Alloc`](crate::Alloc) builder's defaults,
+//!       overridden by the `HEAPTAG*` environment (`config.rs`);
+//!    2. pick the sampling salt (`HEAPTAG_SEED`, or one per run);
+//!    3. store the settings the hot path reads;
+//!    4. take the clock's origin (record times are relative to it);
+//!    5. intern the untagged tag as id 0;
+//!    6. when tracking is on, install the side table's fork handlers;
+//!    7. publish the mode (`ON` or `OFF`): from here on the hot path runs.
+//!
+//!    Nothing here may allocate through the global allocator (it is the
+//!    allocator starting): settings are read with `getenv`, the tag table
+//!    lives on the internal heap. Allocations of other threads meanwhile see
+//!    the mode `INITIALIZING` and are counted, untagged, but not recorded.
+//! 2. [`log_from_env`], a constructor that runs before `main`: when
+//!    `HEAPTAG_LOG` is set, it makes the first allocation happen (step 1),
+//!    then starts the log writer from the `HEAPTAG_LOG*` environment. A
+//!    program may instead start the log itself with
+//!    [`LogConfig::start`](crate::LogConfig::start).
+
+use std::sync::atomic::Ordering;
+
+use crate::config::{self, Settings, HOT, INITIALIZING, OFF, ON, UNINIT};
+use crate::log::LogConfig;
+use crate::{clock, internal, table, tag};
+
+/// Step 1: starts tracking with `defaults` overridden by the environment and
+/// returns the mode. The first caller does the work; every other caller
+/// returns the mode it finds (`INITIALIZING` while the first is at work).
+#[cold]
+pub(crate) fn tracking(defaults: &Settings) -> u8 {
+    // Acquire on success and failure: a caller that finds ON or OFF sees the
+    // settings published with it (the Release store at the end).
+    match HOT
+        .mode
+        .compare_exchange(UNINIT, INITIALIZING, Ordering::Acquire, Ordering::Acquire)
+    {
+        Ok(_) => {}
+        Err(mode) => return mode,
+    }
+    let settings = config::from_env(defaults);
+    let salt = settings.seed.unwrap_or_else(random_salt);
+    HOT.store_settings(&settings, salt);
+    clock::init();
+    tag::init();
+    if settings.enabled {
+        table::install_fork_handlers();
+    }
+    let mode = if settings.enabled { ON } else { OFF };
+    // Release: publishes the settings stored above.
+    HOT.mode.store(mode, Ordering::Release);
+    mode
+}
+
+/// A per-run salt from the clock, the pid and ASLR (a stack address).
+fn random_salt() -> u64 {
+    let stack = 0u8;
+    let addr = std::ptr::addr_of!(stack) as u64;
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u64;
+    internal::mix64(clock::wall_ns() ^ addr.rotate_left(17) ^ (pid << 40))
+}
+
+/// Step 2: starts the log from `HEAPTAG_LOG` before `main`, when set.
+extern "C" fn log_from_env() {
+    if config::getenv(c"HEAPTAG_LOG").is_none_or(|v| v.is_empty()) {
+        return;
+    }
+    // The first allocation starts the installed global allocator (step 1)
+    // with its own settings; if heaptag is not installed, the mode stays
+    // unset and `start` below says so.
+    drop(std::hint::black_box(Box::new(0u64)));
+    match LogConfig::from_env() {
+        Some(Ok(c)) => {
+            if let Err(e) = c.start() {
+                eprintln!("heaptag: not logging: {e}");
+            }
+        }
+        Some(Err(e)) => eprintln!("heaptag: not logging: {e}"),
+        None => {}
+    }
+}
+
+#[used]
+#[link_section = ".init_array"]
+static LOG_FROM_ENV: extern "C" fn() = log_from_env;
