@@ -6,6 +6,8 @@ use std::io::{self, Write};
 use serde::Serialize;
 
 use crate::report::{DupsReport, Peak, Report, Sites, Source, Timeline};
+pub use crate::units::bytes;
+use crate::units::{sbytes, seconds};
 
 /// Output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -16,31 +18,6 @@ pub enum Format {
     Markdown,
     /// JSON with a `schema_version` (docs/REPORTS.md).
     Json,
-}
-
-/// Bytes in binary units: `512 B`, `1.5 KiB`, `25.7 GiB`.
-pub fn bytes(b: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
-/// Signed bytes.
-fn sbytes(b: i64) -> String {
-    if b < 0 {
-        format!("-{}", bytes(b.unsigned_abs()))
-    } else {
-        bytes(b as u64)
-    }
 }
 
 /// A table: header and rows. Numbers are right-aligned; the first column
@@ -170,7 +147,7 @@ fn source(f: Format, out: &mut dyn Write, s: &Source) -> io::Result<()> {
 }
 
 fn at(a: &crate::report::At) -> String {
-    format!("{} at {:.3} s", bytes(a.bytes), a.time_s)
+    format!("{} at {}", bytes(a.bytes), seconds(a.time_s))
 }
 
 /// Writes a value as pretty JSON.
@@ -225,7 +202,7 @@ pub fn report(r: &Report, f: Format, out: &mut dyn Write) -> io::Result<()> {
                     p.pid.to_string(),
                     cmd,
                     bytes(p.peak_rss.bytes),
-                    format!("{:.3} s", p.peak_rss.time_s),
+                    seconds(p.peak_rss.time_s),
                     if p.peak_pss_bytes == 0 {
                         "-".into()
                     } else {
@@ -327,11 +304,11 @@ pub fn report(r: &Report, f: Format, out: &mut dyn Write) -> io::Result<()> {
         for p in &r.phases {
             t.row(vec![
                 p.phase.clone(),
-                format!("{:.3} s", p.from_s),
-                p.to_s.map_or("end".into(), |e| format!("{e:.3} s")),
+                seconds(p.from_s),
+                p.to_s.map_or("end".into(), seconds),
                 p.pid.to_string(),
                 bytes(p.peak_rss.bytes),
-                format!("{:.3} s", p.peak_rss.time_s),
+                seconds(p.peak_rss.time_s),
             ]);
         }
         t.write(f, out)?;
@@ -361,7 +338,7 @@ fn tag_table(rows: &[crate::report::TagRow], f: Format, out: &mut dyn Write) -> 
             if r.peak_live.bytes == 0 {
                 "-".into()
             } else {
-                format!("{:.3} s", r.peak_live.time_s)
+                seconds(r.peak_live.time_s)
             },
             end,
             bytes(r.allocated_bytes),
@@ -570,7 +547,7 @@ pub fn timeline(t: &Timeline, f: Format, out: &mut dyn Write) -> io::Result<()> 
             writeln!(out, "```")?;
         }
         let end = s.times_s.last().copied().unwrap_or(0.0);
-        writeln!(out, "0 s {:>w$}", format!("{end:.3} s"), w = width + 28)?;
+        writeln!(out, "0 s {:>w$}", seconds(end), w = width + 28)?;
         let label_w = s
             .series
             .iter()
@@ -634,15 +611,6 @@ pub fn timeline_csv(t: &Timeline, out: &mut dyn Write) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn binary_units() {
-        assert_eq!(bytes(0), "0 B");
-        assert_eq!(bytes(1023), "1023 B");
-        assert_eq!(bytes(1536), "1.5 KiB");
-        assert_eq!(bytes(25_700 << 20), "25.1 GiB");
-        assert_eq!(sbytes(-2048), "-2.0 KiB");
-    }
 
     #[test]
     fn columns_keep_maxima() {

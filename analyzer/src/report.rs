@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::dups::{self, Dups};
 use crate::model::{Composition, Model, TagKey};
 use crate::sites::site_name;
+use crate::units::secs;
 
 /// Version of the JSON output; bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -40,10 +41,6 @@ pub struct Source {
     pub dropped_events: u64,
     /// Frees of blocks allocated before the log began (or whose allocation was dropped).
     pub unmatched_frees: u64,
-}
-
-fn secs(ns: u64) -> f64 {
-    (ns as f64 / 1e9 * 1000.0).round() / 1000.0
 }
 
 impl Source {
