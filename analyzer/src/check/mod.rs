@@ -1,7 +1,12 @@
-//! `heaptag check`: evaluates a policy's rules on loaded logs.
+//! `heaptag check`: evaluates a policy's rules on loaded logs (rendering of
+//! the outcomes, JUnit included, in render.rs).
+
+mod render;
+
+pub use render::render;
 
 use std::collections::BTreeMap;
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -9,7 +14,6 @@ use serde::{Deserialize, Serialize};
 use crate::dups;
 use crate::model::Model;
 use crate::policy::{Limit, Per, Policy, PolicyError, Rule};
-use crate::render::Format;
 use crate::report::{self, SCHEMA_VERSION};
 use crate::sites::site_name;
 use crate::units::{bytes, secs};
@@ -383,113 +387,4 @@ fn evaluate(
         found,
         offenders,
     })
-}
-
-fn xml(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&apos;")
-}
-
-/// Renders the outcomes.
-pub fn render(r: &CheckReport, f: Format, junit: bool, out: &mut dyn Write) -> io::Result<()> {
-    if junit {
-        writeln!(out, r#"<?xml version="1.0" encoding="UTF-8"?>"#)?;
-        writeln!(
-            out,
-            r#"<testsuites name="heaptag check" tests="{}" failures="{}">"#,
-            r.outcomes.len(),
-            r.failures
-        )?;
-        writeln!(
-            out,
-            r#"  <testsuite name="{}" tests="{}" failures="{}">"#,
-            xml(&r.policy),
-            r.outcomes.len(),
-            r.failures
-        )?;
-        for o in &r.outcomes {
-            let name = format!("{} [{}] (line {})", o.rule, o.limit, o.line);
-            write!(
-                out,
-                r#"    <testcase classname="{}" name="{}""#,
-                xml(&o.log),
-                xml(&name)
-            )?;
-            if o.passed {
-                writeln!(out, "/>")?;
-            } else {
-                writeln!(out, ">")?;
-                writeln!(
-                    out,
-                    r#"      <failure message="{}">{}</failure>"#,
-                    xml(&format!("{}: allowed {}, found {}", o.limit, o.allowed, o.found)),
-                    xml(&o.offenders.join("\n"))
-                )?;
-                writeln!(out, "    </testcase>")?;
-            }
-        }
-        writeln!(out, "  </testsuite>")?;
-        return writeln!(out, "</testsuites>");
-    }
-    match f {
-        Format::Json => crate::render::json(r, out),
-        Format::Markdown => {
-            writeln!(
-                out,
-                "## heaptag check: {}\n",
-                if r.failures == 0 { "passed" } else { "FAILED" }
-            )?;
-            writeln!(out, "| result | rule | limit | allowed | found | log |")?;
-            writeln!(out, "| --- | --- | --- | ---: | ---: | --- |")?;
-            for o in &r.outcomes {
-                writeln!(
-                    out,
-                    "| {} | {} (line {}) | {} | {} | {} | {} |",
-                    if o.passed { "pass" } else { "**FAIL**" },
-                    o.rule.replace('|', "\\|"),
-                    o.line,
-                    o.limit,
-                    o.allowed,
-                    o.found,
-                    o.log
-                )?;
-            }
-            for o in r.outcomes.iter().filter(|o| !o.passed) {
-                writeln!(out, "\n**{}** (`{}`, line {}):\n", o.rule, o.limit, o.line)?;
-                for x in &o.offenders {
-                    writeln!(out, "- {}", x.replace('|', "\\|"))?;
-                }
-            }
-            Ok(())
-        }
-        Format::Text => {
-            for o in &r.outcomes {
-                writeln!(
-                    out,
-                    "{} {}:{} {} [{}]: allowed {}, found {} ({})",
-                    if o.passed { "pass" } else { "FAIL" },
-                    r.policy,
-                    o.line,
-                    o.rule,
-                    o.limit,
-                    o.allowed,
-                    o.found,
-                    o.log
-                )?;
-                for x in &o.offenders {
-                    writeln!(out, "       {x}")?;
-                }
-            }
-            writeln!(
-                out,
-                "{}: {} of {} checks failed",
-                if r.failures == 0 { "passed" } else { "FAILED" },
-                r.failures,
-                r.outcomes.len()
-            )
-        }
-    }
 }
