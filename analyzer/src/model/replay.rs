@@ -85,18 +85,24 @@ impl Model {
             && (b.fp.is_some() || b.size >= self.header.settings.fingerprint_min.max(self.header.settings.threshold))
     }
 
-    fn end_block(&mut self, b: Block, t: u64) {
-        self.shrink(b.tag, b.stack, b.size, true);
-        if self.keep_interval(&b) {
+    /// Keeps the lifetime of `b`, ended at `end` (`None`: alive at the end
+    /// of the log), when duplicate detection wants it.
+    fn keep_lifetime(&mut self, b: &Block, end: Option<u64>) {
+        if self.keep_interval(b) {
             self.intervals.push(Interval {
                 tag: b.tag,
                 stack: b.stack,
                 size: b.size,
                 start: b.start,
-                end: Some(t),
+                end,
                 fp: b.fp,
             });
         }
+    }
+
+    fn end_block(&mut self, b: Block, t: u64) {
+        self.shrink(b.tag, b.stack, b.size, true);
+        self.keep_lifetime(&b, Some(t));
     }
 
     pub(super) fn apply(&mut self, rec: Record) {
@@ -404,16 +410,7 @@ impl Model {
     pub(super) fn close(&mut self) {
         let live: Vec<Block> = self.live.values().copied().collect();
         for b in live {
-            if self.keep_interval(&b) {
-                self.intervals.push(Interval {
-                    tag: b.tag,
-                    stack: b.stack,
-                    size: b.size,
-                    start: b.start,
-                    end: None,
-                    fp: b.fp,
-                });
-            }
+            self.keep_lifetime(&b, None);
         }
     }
 }
