@@ -1,6 +1,6 @@
 //! The model of one log: what the reports need, as replay leaves it.
 //!
-//! [`load`](Model::load) reads a log and [replays](replay) it into a
+//! [`load`](Model::load) reads a log and replays it (`replay.rs`) into a
 //! [`Model`], in memory bounded by what is alive (plus one small record per
 //! fingerprinted block). Loading reads only the log: names for call sites
 //! come later, from [`crate::symbolize`], and only for the reports that show
