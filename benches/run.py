@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs heaptag's bench binaries and its peers interleaved; reports ratios to bare jemalloc.
 
-Usage: python3 benches/run.py [--rounds N] [--quick] [--external] [--write docs/PERFORMANCE.md] [FILTER]
+Usage: python3 benches/run.py [--rounds N] [--quick] [--external] [--baseline DIR] [--write docs/PERFORMANCE.md] [FILTER]
 
 Builds `cargo bench --no-run`, then each round runs every variant once, in an
 order that alternates (A B C ..., ... C B A):
@@ -19,8 +19,12 @@ same rounds, peak RSS per variant (getrusage of each child), heaptag's own
 memory, log bytes per event, dhat's profile size, and the analyzer's events
 per second on a synthetic log. With --external (tools found on PATH),
 heaptrack and valgrind massif also run once on the system-malloc variant's
-pipeline workload. With --write, the output replaces the part of FILE between
-`<!-- bench:begin -->` and `<!-- bench:end -->`.
+pipeline workload. With --baseline DIR (another checkout of heaptag, e.g. a
+`git worktree add DIR <rev>` of an older commit), that build's heaptag runs
+interleaved with this one as base-off / base-on / base-log (the peers are left
+out), and the analyzer's rate is measured for both builds, so a change is
+judged before and after in the same run. With --write, the output replaces the
+part of FILE between `<!-- bench:begin -->` and `<!-- bench:end -->`.
 """
 
 import argparse
@@ -48,8 +52,9 @@ VARIANTS = [
 BENCHES = sorted({b for _, b, _ in VARIANTS})
 
 
-def cargo_json(args):
-    out = subprocess.run(["cargo", *args, "--message-format=json"], check=True, stdout=subprocess.PIPE, text=True).stdout
+def cargo_json(args, cwd=None):
+    out = subprocess.run(["cargo", *args, "--message-format=json"], check=True, stdout=subprocess.PIPE, text=True,
+                         cwd=cwd).stdout
     exes = {}
     for line in out.splitlines():
         try:
@@ -61,15 +66,15 @@ def cargo_json(args):
     return exes
 
 
-def build():
+def build(benches=BENCHES, cwd=None):
     args = ["bench", "--no-run"]
-    for b in BENCHES:
+    for b in benches:
         args += ["--bench", b]
-    exes = cargo_json(args)
-    missing = set(BENCHES) - exes.keys()
+    exes = cargo_json(args, cwd)
+    missing = set(benches) - exes.keys()
     if missing:
         sys.exit(f"run.py: cargo did not report bench executables for {sorted(missing)}")
-    tools = cargo_json(["build", "--release", "-p", "heaptag-analyzer", "--bins", "--examples"])
+    tools = cargo_json(["build", "--release", "-p", "heaptag-analyzer", "--bins", "--examples"], cwd)
     for t in ("heaptag", "synth_log"):
         if t not in tools:
             sys.exit(f"run.py: cargo did not build {t}")
@@ -120,7 +125,7 @@ def external_tools(exe, quick):
             "", "| tool | wall | vs plain | output |", "| --- | ---: | ---: | ---: |", *lines]
 
 
-def analyzer_rate(tools, quick):
+def analyzer_rate(tools, quick, label=""):
     events = 1_000_000 if quick else 20_000_000
     log = os.path.join(LOG_DIR, "synth.htlog")
     subprocess.run([tools["synth_log"], log, str(events)], check=True, stderr=subprocess.DEVNULL)
@@ -131,7 +136,7 @@ def analyzer_rate(tools, quick):
         took = time.monotonic() - t0
         best = min(best or took, took)
     os.remove(log)
-    return (f"Analyzer: `heaptag report` on a {events / 1e6:.0f} M-event synthetic log (`synth_log`): "
+    return (f"Analyzer{label}: `heaptag report` on a {events / 1e6:.0f} M-event synthetic log (`synth_log`): "
             f"{best:.2f} s, {events / best / 1e6:.1f} M events/s, peak RSS {maxrss / 1024:.1f} MiB.")
 
 
@@ -141,17 +146,24 @@ def main():
     ap.add_argument("--quick", action="store_true", help="smoke run: 1/20th of the work, 1 round")
     ap.add_argument("--external", action="store_true", help="also run heaptrack and valgrind massif, if installed")
     ap.add_argument("--write", metavar="FILE", help="replace the marked part of FILE")
+    ap.add_argument("--baseline", metavar="DIR", help="another heaptag checkout to run interleaved with this one")
     ap.add_argument("filter", nargs="?", default="", help="only workloads whose name contains this")
     a = ap.parse_args()
     rounds = 1 if a.quick else a.rounds
     args = ([] if a.quick else ["--bench"]) + ([a.filter] if a.filter else [])
     exes, tools = build()
+    variants = VARIANTS
+    if a.baseline:
+        base_exes, base_tools = build(["alloc_heaptag"], a.baseline)
+        exes["base:alloc_heaptag"] = base_exes["alloc_heaptag"]
+        variants = [v for v in VARIANTS if v[0] == "jemalloc" or v[0].startswith("heaptag")]
+        variants += [("base" + n[len("heaptag"):], "base:" + b, e) for n, b, e in VARIANTS if n.startswith("heaptag")]
 
     results = defaultdict(list)  # (workload, param, variant) -> [ns]
     rss = defaultdict(list)  # variant -> [peak RSS KiB of a whole run]
     own, per_event, dhat_bytes = [], [], []
     for r in range(rounds):
-        order = VARIANTS if r % 2 == 0 else list(reversed(VARIANTS))
+        order = variants if r % 2 == 0 else list(reversed(variants))
         for name, bench, env in order:
             rows, maxrss = run_once([exes[bench], *args], env)
             for f in os.listdir(LOG_DIR):
@@ -181,7 +193,8 @@ def main():
 
     lines = [
         f"Command: `python3 benches/run.py --rounds {rounds}{' --quick' if a.quick else ''}"
-        f"{' --external' if a.external else ''}` ({platform.machine()}, {os.cpu_count()} cores; "
+        f"{' --external' if a.external else ''}{' --baseline ' + a.baseline if a.baseline else ''}"
+        f"{' ' + a.filter if a.filter else ''}` ({platform.machine()}, {os.cpu_count()} cores; "
         f"medians of {rounds} interleaved rounds). Times are ns per operation (ms for pipeline, big, realloc).",
         "",
         "heaptag against bare jemalloc:",
@@ -193,12 +206,26 @@ def main():
         base = med.get((w, p, "jemalloc"))
         if not base:
             continue
-        v = {n: med.get((w, p, n)) for n, _, _ in VARIANTS}
+        v = {n: med.get((w, p, n)) for n, _, _ in variants}
         lines.append(
             f"| {w} | {p} | {fmt(w, base)} | {fmt(w, v['heaptag-off'])} | {fmt(w, v['heaptag-on'])} | {fmt(w, v['heaptag-log'])} "
             f"| {v['heaptag-off'] / base:.3f}x | {v['heaptag-on'] / base:.3f}x | {v['heaptag-log'] / base:.3f}x |"
         )
-    peers = ["heaptag-on", "heaptag-log", "system", "tracking", "dhat"]
+    if a.baseline:
+        lines += ["", f"This build against the baseline `{a.baseline}`, same rounds (ratios to bare jemalloc; "
+                  "after / before below 1 means faster now):", "",
+                  "| workload | size | base on | on | on after / before | base log | log | log after / before |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for w, p in keys:
+            base = med.get((w, p, "jemalloc"))
+            if not base:
+                continue
+            g = {n: med.get((w, p, n)) for n in ("base-on", "heaptag-on", "base-log", "heaptag-log")}
+            lines.append(
+                f"| {w} | {p} | {g['base-on'] / base:.3f}x | {g['heaptag-on'] / base:.3f}x | "
+                f"{g['heaptag-on'] / g['base-on']:.3f} | {g['base-log'] / base:.3f}x | {g['heaptag-log'] / base:.3f}x | "
+                f"{g['heaptag-log'] / g['base-log']:.3f} |")
+    peers = [n for n in ["heaptag-on", "heaptag-log", "system", "tracking", "dhat"] if n in {v[0] for v in variants}]
     lines += ["", "Peers, as ratios to bare jemalloc (lower is better):", "",
               "| workload | size | " + " | ".join(peers) + " |",
               "| --- | --- | " + " | ".join("---:" for _ in peers) + " |"]
@@ -213,7 +240,7 @@ def main():
         lines.append(f"| {w} | {p} | " + " | ".join(cells) + " |")
     base_rss = statistics.median(rss["jemalloc"])
     lines += ["", "Peak RSS of a whole bench run: " + ", ".join(
-        f"{v} {statistics.median(rss[v]) / 1024:.0f} MiB ({statistics.median(rss[v]) / base_rss:.2f}x)" for v, _, _ in VARIANTS) + "."]
+        f"{v} {statistics.median(rss[v]) / 1024:.0f} MiB ({statistics.median(rss[v]) / base_rss:.2f}x)" for v, _, _ in variants) + "."]
     if per_event:
         lines.append(
             f"Event log: {statistics.median(p for p, _ in per_event):.1f} bytes per allocator event, all records "
@@ -225,6 +252,8 @@ def main():
     if own:
         lines.append(f"heaptag's own memory (tables, counter pages) at the end of a run: {statistics.median(own) / 2**20:.2f} MiB.")
     lines.append(analyzer_rate(tools, a.quick))
+    if a.baseline:
+        lines.append(analyzer_rate(base_tools, a.quick, " (baseline)"))
     if a.external:
         lines += external_tools(exes["alloc_system"], a.quick)
     table = "\n".join(lines)

@@ -10,9 +10,12 @@
 //! | `HEAPTAG_SAMPLE_RATE` | mean bytes between samples of small blocks (`0`: none) | 512 KiB |
 //! | `HEAPTAG_SEED` | salt of the sampling hash (reproducible runs) | random |
 //!
-//! Sizes accept a plain number of bytes or a `K`/`KiB`, `M`/`MiB`, `G`/`GiB`
-//! suffix (binary units). A value that does not parse is ignored with a one-line
-//! message on stderr and counted in [`Health::config_errors`](crate::Health).
+//! Sizes accept a plain number of bytes or a `K`/`KiB`, `M`/`MiB`, `G`/`GiB`,
+//! `T`/`TiB` suffix (binary units, any case; `KB`, `MB`, `GB` are refused
+//! rather than guessed): the rule of [`heaptag_format::parse_size`], shared
+//! with `heaptag check` policies. A value that does not parse is ignored with
+//! a one-line message on stderr and counted in
+//! [`Health::config_errors`](crate::Health).
 
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
@@ -154,36 +157,9 @@ pub(crate) fn getenv(name: &std::ffi::CStr) -> Option<&'static [u8]> {
     Some(unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes())
 }
 
-/// Parses `123`, `64K`, `64KiB`, `1M`, `2GiB` (binary units, case-insensitive).
-pub(crate) fn parse_size(v: &[u8]) -> Option<u64> {
-    let v = trim(v);
-    let digits = v.iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits == 0 {
-        return None;
-    }
-    let mut n: u64 = 0;
-    for &b in &v[..digits] {
-        n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
-    }
-    let unit = trim(&v[digits..]);
-    let shift = match unit {
-        b"" | b"b" | b"B" => 0,
-        b"k" | b"K" | b"KiB" | b"kib" | b"KB" | b"kb" => 10,
-        b"m" | b"M" | b"MiB" | b"mib" | b"MB" | b"mb" => 20,
-        b"g" | b"G" | b"GiB" | b"gib" | b"GB" | b"gb" => 30,
-        _ => return None,
-    };
-    n.checked_mul(1u64 << shift)
-}
-
-fn trim(v: &[u8]) -> &[u8] {
-    let start = v.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(v.len());
-    let end = v
-        .iter()
-        .rposition(|b| !b.is_ascii_whitespace())
-        .map_or(start, |e| e + 1);
-    &v[start..end]
-}
+/// Parses `123`, `64K`, `64KiB`, `1M`, `2GiB` (binary units, any case)
+/// without allocating: heaptag-format's one size parser.
+pub(crate) use heaptag_format::parse_size;
 
 /// Writes `heaptag: ignoring NAME=VALUE: WHY` to stderr without allocating.
 fn complain(name: &[u8], value: &[u8], why: &[u8]) {

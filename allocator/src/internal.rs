@@ -65,49 +65,9 @@ pub(crate) fn leak_zeroed<T>() -> Option<NonNull<T>> {
     Some(p)
 }
 
-/// A small, fast, non-allocating hasher for addresses and tag keys.
-///
-/// Addresses are 16-byte aligned and clustered, so the finaliser must spread
-/// low-entropy input over all 64 bits (hashbrown uses the top 7 bits as a tag
-/// and the low bits as the bucket index).
-#[derive(Default, Clone, Copy)]
-pub(crate) struct MixHasher(u64);
-
-impl std::hash::Hasher for MixHasher {
-    fn finish(&self) -> u64 {
-        mix64(self.0)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut buf = [0u8; 8];
-            buf[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(buf));
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn write_usize(&mut self, v: usize) {
-        self.write_u64(v as u64);
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(u64::from(v));
-    }
-    fn write_u8(&mut self, v: u8) {
-        self.write_u64(u64::from(v));
-    }
-}
-
-/// `BuildHasher` for [`MixHasher`], constructible in a `const` context.
-pub(crate) type MixBuild = std::hash::BuildHasherDefault<MixHasher>;
-
-/// splitmix64's finaliser: a bijection on `u64` with full avalanche.
-#[inline]
-pub(crate) const fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+/// The one hasher of addresses and tag keys, shared with the analyzer
+/// (heaptag-format's `hash`): non-allocating, `const`-constructible.
+pub(crate) use heaptag_format::hash::{mix64, MixBuild};
 
 #[cfg(test)]
 mod tests {

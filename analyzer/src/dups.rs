@@ -13,6 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use heaptag_format::Fill;
 use serde::Serialize;
 
+use crate::units::secs;
+
 use crate::model::{Interval, Model, TagKey};
 use crate::sites::site_name;
 
@@ -95,7 +97,7 @@ pub struct Dups {
 }
 
 /// Stage name of each tag id, computed once (`untagged` without a stage).
-struct Stages(crate::model::FastMap<u32, String>);
+struct Stages(heaptag_format::hash::MixMap<u32, String>);
 
 impl Stages {
     fn of(&self, tag: u32) -> String {
@@ -170,10 +172,6 @@ fn sweep<'a>(
         .filter(|i| i.start <= best_t && i.end.is_none_or(|e| e > best_t))
         .collect();
     (best.max(0) as u64, best_t, until, alive, by_stage, by_tag)
-}
-
-fn secs(ns: u64) -> f64 {
-    (ns as f64 / 1e9 * 1000.0).round() / 1000.0
 }
 
 /// Groups the model's blocks and decides per stage.

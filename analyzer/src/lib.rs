@@ -1,30 +1,32 @@
 //! `heaptag-analyzer`: reads heaptag event logs and turns them into answers.
 //!
 //! ```text
-//! log file(s) -> LogReader (heaptag-format) -> Model (model.rs: replay, bounded by the live set)
-//!             -> report values (report.rs, dups.rs, sites.rs) -> render.rs (text | markdown | json)
+//! log file(s) -> load (model/load.rs: LogReader) -> replay (model/replay.rs, bounded by the live set)
+//!             -> [symbolize.rs: names for call sites, only when the output shows them]
+//!             -> report values (report.rs, dups.rs, sites.rs, check.rs)
+//!             -> render.rs (text | markdown | json) into any io::Write
 //! ```
 //!
 //! The library never prints: [`run`] writes into any `io::Write`, so tests
 //! render into a `Vec<u8>`.
 
 pub mod check;
+mod dump;
 pub mod dups;
+mod error;
 pub mod model;
 pub mod policy;
 pub mod render;
 pub mod report;
 pub mod sites;
 pub mod symbolize;
+pub mod units;
 pub mod watch;
 
-use std::collections::BTreeMap;
-use std::fmt;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
-use heaptag_format::{LogReader, ReadError, Record};
-
+pub use error::{one_line, Error};
 pub use model::Model;
 pub use render::Format;
 pub use report::By;
@@ -115,47 +117,6 @@ pub enum Command {
     },
 }
 
-/// Errors of the analyzer library.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum Error {
-    /// The log could not be read at all.
-    Read {
-        /// The log.
-        path: PathBuf,
-        /// Why.
-        source: ReadError,
-    },
-    /// Writing the output failed.
-    Output(io::Error),
-    /// The policy or baseline of `heaptag check` is wrong.
-    Check(check::CheckError),
-    /// The baseline could not be written.
-    WriteBaseline(PathBuf, io::Error),
-    /// `heaptag run` / `watch` could not sample.
-    Watch(watch::WatchError),
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Error::Read { path, source } => write!(f, "{}: {source}", path.display()),
-            Error::Output(e) => write!(f, "cannot write the output: {e}"),
-            Error::Check(e) => write!(f, "{e}"),
-            Error::WriteBaseline(p, e) => write!(f, "{}: cannot write the baseline: {e}", p.display()),
-            Error::Watch(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for Error {}
-
-impl From<io::Error> for Error {
-    fn from(e: io::Error) -> Self {
-        Error::Output(e)
-    }
-}
-
 /// What a run produced besides its output: damage found in the logs, one
 /// line each (also inside the output), and whether a check failed.
 #[derive(Debug, Default)]
@@ -168,8 +129,28 @@ pub struct Outcome {
     pub exit_code: Option<i32>,
 }
 
-fn load_all(logs: &[PathBuf], peak: bool, intervals: bool) -> Result<Vec<Model>, Error> {
-    logs.iter().map(|p| Model::load(p, peak, intervals)).collect()
+/// What a command needs from its logs besides the replay itself.
+#[derive(Clone, Copy, Default)]
+struct Needs {
+    /// A second pass to the attributed peak (`heaptag peak`).
+    peak: bool,
+    /// Block lifetimes (`heaptag dups`, `heaptag check`).
+    intervals: bool,
+    /// Names for call sites: symbolize frames the log left unnamed, from
+    /// the binaries on this machine (only for outputs that name sites).
+    names: bool,
+}
+
+/// Loads every log, then (only when names are needed) symbolizes them.
+fn load_all(logs: &[PathBuf], needs: Needs) -> Result<Vec<Model>, Error> {
+    let mut models = logs
+        .iter()
+        .map(|p| Model::load(p, needs.peak, needs.intervals))
+        .collect::<Result<Vec<Model>, Error>>()?;
+    if needs.names {
+        models.iter_mut().for_each(symbolize::symbolize);
+    }
+    Ok(models)
 }
 
 fn warnings(models: &[Model]) -> Vec<String> {
@@ -195,11 +176,17 @@ fn warnings(models: &[Model]) -> Vec<String> {
     w
 }
 
-/// Runs one command, writing its output to `out`.
+/// Runs one command, writing its output to `out`. Each command loads its
+/// logs, builds its report value and renders it; only commands whose output
+/// names call sites symbolize (`report` and `timeline` never read a binary).
 pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
+    let names = Needs {
+        names: true,
+        ..Needs::default()
+    };
     let models = match cmd {
         Command::Run { cfg, cmd } => {
-            let code = watch::run_command(cfg, cmd).map_err(Error::Watch)?;
+            let code = watch::run_command(cfg, cmd)?;
             writeln!(out, "heaptag: log written to {}", cfg.log.display())?;
             return Ok(Outcome {
                 exit_code: Some(code),
@@ -207,12 +194,12 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
             });
         }
         Command::Watch { cfg, pid } => {
-            watch::watch_pid(cfg, *pid).map_err(Error::Watch)?;
+            watch::watch_pid(cfg, *pid)?;
             writeln!(out, "heaptag: log written to {}", cfg.log.display())?;
             return Ok(Outcome::default());
         }
         Command::Dump { log, records } => {
-            dump(log, *records, out)?;
+            dump::dump(log, *records, out)?;
             return Ok(Outcome::default());
         }
         Command::Check {
@@ -224,19 +211,18 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
             junit,
         } => {
             // The policy first: a typo should not wait for a long log.
-            let policy = policy::Policy::load(policy).map_err(|e| Error::Check(check::CheckError::Policy(e)))?;
-            let baseline = baseline
-                .as_deref()
-                .map(check::read_baseline)
-                .transpose()
-                .map_err(Error::Check)?;
-            let models = load_all(logs, false, true)?;
-            let r = check::check(&policy, &models, baseline.as_ref()).map_err(Error::Check)?;
+            let policy = policy::Policy::load(policy).map_err(check::CheckError::Policy)?;
+            let baseline = baseline.as_deref().map(check::read_baseline).transpose()?;
+            let needs = Needs {
+                intervals: true,
+                names: policy.names_sites(),
+                ..Needs::default()
+            };
+            let models = load_all(logs, needs)?;
+            let r = check::check(&policy, &models, baseline.as_ref())?;
             if let Some(path) = write_baseline {
                 let b = check::Baseline::of(&models);
-                let text = serde_json::to_string_pretty(&b)
-                    .map_err(io::Error::other)
-                    .map_err(Error::Output)?;
+                let text = serde_json::to_string_pretty(&b).map_err(io::Error::other)?;
                 std::fs::write(path, text + "\n").map_err(|e| Error::WriteBaseline(path.clone(), e))?;
             }
             check::render(&r, *format, *junit, out)?;
@@ -246,147 +232,45 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
                 exit_code: None,
             });
         }
-        Command::Peak { logs, .. } => load_all(logs, true, false)?,
-        Command::Dups { logs, .. } => load_all(logs, false, true)?,
-        Command::Report { logs, .. } | Command::Sites { logs, .. } | Command::Timeline { logs, .. } => {
-            load_all(logs, false, false)?
+        Command::Report { logs, format } => {
+            let models = load_all(logs, Needs::default())?;
+            render::report(&report::report(&models), *format, out)?;
+            models
         }
-    };
-    match cmd {
-        Command::Report { format, .. } => render::report(&report::report(&models), *format, out)?,
-        Command::Peak { format, top, .. } => render::peak(&report::peak(&models, *top), *format, out)?,
-        Command::Dups { format, .. } => render::dups(&report::dups(&models), *format, out)?,
-        Command::Sites { format, top, .. } => render::sites(&report::sites(&models, *top), *format, out)?,
-        Command::Timeline { format, by, csv, .. } => {
+        Command::Peak { logs, format, top } => {
+            let models = load_all(logs, Needs { peak: true, ..names })?;
+            render::peak(&report::peak(&models, *top), *format, out)?;
+            models
+        }
+        Command::Dups { logs, format } => {
+            let models = load_all(
+                logs,
+                Needs {
+                    intervals: true,
+                    ..names
+                },
+            )?;
+            render::dups(&report::dups(&models), *format, out)?;
+            models
+        }
+        Command::Sites { logs, format, top } => {
+            let models = load_all(logs, names)?;
+            render::sites(&report::sites(&models, *top), *format, out)?;
+            models
+        }
+        Command::Timeline { logs, format, by, csv } => {
+            let models = load_all(logs, Needs::default())?;
             let t = report::timeline(&models, *by);
             if *csv {
                 render::timeline_csv(&t, out)?
             } else {
                 render::timeline(&t, *format, out)?
             }
+            models
         }
-        Command::Dump { .. } | Command::Check { .. } | Command::Run { .. } | Command::Watch { .. } => {
-            unreachable!("handled above")
-        }
-    }
+    };
     Ok(Outcome {
         warnings: warnings(&models),
         ..Outcome::default()
     })
-}
-
-fn kind_name(r: &Record) -> &'static str {
-    match r {
-        Record::TagDef { .. } => "tag definitions",
-        Record::StackDef { .. } => "stack definitions",
-        Record::Alloc { .. } => "tracked allocations",
-        Record::Free { .. } => "tracked frees",
-        Record::ReallocBegin { .. } => "tracked realloc starts",
-        Record::Realloc { .. } => "tracked reallocs",
-        Record::SampleAlloc { .. } => "sampled allocations",
-        Record::SampleFree { .. } => "sampled frees",
-        Record::Mark { .. } => "marks",
-        Record::Counters { .. } => "counter snapshots",
-        Record::Rss { .. } => "RSS samples",
-        Record::Totals { .. } => "process totals",
-        Record::ProcStart { .. } => "processes seen",
-        Record::ProcRss { .. } => "process memory samples",
-        Record::ProcExit { .. } => "process exits",
-        Record::Jemalloc { .. } => "jemalloc samples",
-        Record::External { .. } => "external memory changes",
-        Record::Fingerprint { .. } => "fingerprints",
-        Record::Dropped { .. } => "dropped-event counts",
-        Record::Symbol { .. } => "symbols",
-        Record::Pad { .. } => "padding",
-        Record::End { .. } => "end of log",
-    }
-}
-
-/// `heaptag dump`: header, counts of each record kind, problems.
-fn dump(path: &std::path::Path, records: bool, out: &mut dyn Write) -> Result<(), Error> {
-    let mut r = LogReader::open(path).map_err(|source| Error::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let h = r.header().clone();
-    let w = |out: &mut dyn Write, s: String| writeln!(out, "{s}").map_err(Error::Output);
-    w(out, format!("log:        {}", path.display()))?;
-    w(
-        out,
-        format!(
-            "format:     version {}, written by heaptag {}",
-            h.version, h.heaptag_version
-        ),
-    )?;
-    w(
-        out,
-        format!("process:    pid {} {} {}", h.pid, h.exe, h.cmdline.join(" ")),
-    )?;
-    w(
-        out,
-        format!(
-            "settings:   threshold {} B, sample rate {} B, interval {} ms, fingerprints from {} B{}, stacks {} frames",
-            h.settings.threshold,
-            h.settings.sample_rate,
-            h.settings.interval_ns / 1_000_000,
-            h.settings.fingerprint_min,
-            if h.settings.fingerprint_full { " (full)" } else { "" },
-            h.settings.stack_depth
-        ),
-    )?;
-    w(out, format!("modules:    {}", h.modules.len()))?;
-    let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
-    let mut dropped = 0;
-    let mut last_time = 0;
-    for rec in r.by_ref() {
-        *counts.entry(kind_name(&rec)).or_default() += 1;
-        match &rec {
-            Record::Dropped { events, .. } => dropped = dropped.max(*events),
-            Record::End { time_ns, dropped: d } => {
-                dropped = dropped.max(*d);
-                last_time = last_time.max(*time_ns);
-            }
-            Record::Alloc { time_ns, .. } | Record::Free { time_ns, .. } | Record::Rss { time_ns, .. } => {
-                last_time = last_time.max(*time_ns)
-            }
-            _ => {}
-        }
-        if records {
-            w(out, format!("  {rec:?}"))?;
-        }
-    }
-    let (frames, payload) = r.frames_read();
-    let events: u64 = counts
-        .iter()
-        .filter(|(k, _)| k.starts_with("tracked") || k.starts_with("sampled"))
-        .map(|(_, n)| n)
-        .sum();
-    w(out, format!("frames:     {frames} intact, {} bytes read", r.offset()))?;
-    w(out, format!("duration:   {:.3} s", last_time as f64 / 1e9))?;
-    if events > 0 {
-        w(
-            out,
-            format!(
-                "events:     {events} ({:.1} bytes per event, frames included)",
-                payload as f64 / events as f64
-            ),
-        )?;
-    }
-    for (k, n) in &counts {
-        w(out, format!("  {n:>10}  {k}"))?;
-    }
-    w(out, format!("dropped:    {dropped} events"))?;
-    w(
-        out,
-        if r.ended() {
-            "end:        the writer finished the log".to_string()
-        } else {
-            "end:        no end record: the process did not finish the log (killed, crashed, or still running)"
-                .to_string()
-        },
-    )?;
-    for p in r.problems() {
-        w(out, format!("problem:    {p}"))?;
-    }
-    Ok(())
 }

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use heaptag_analyzer::{run, By, Command, Error, Format};
+use heaptag_analyzer::{one_line, run, By, Command, Error, Format, Outcome};
 
 /// heaptag: who holds the memory, and is any of it held twice?
 ///
@@ -183,9 +183,9 @@ enum CheckFormat {
     Junit,
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let cmd = match cli.cmd {
+/// The library's command for the parsed arguments.
+fn command(cli: Cli) -> Command {
+    match cli.cmd {
         Cmd::Report { logs } => Command::Report {
             logs: logs.logs,
             format: logs.format,
@@ -237,30 +237,33 @@ fn main() -> ExitCode {
             },
             junit: matches!(format, CheckFormat::Junit),
         },
-    };
+    }
+}
+
+/// Runs the command on stdout; warnings go to stderr.
+fn run_on_stdout(cmd: &Command) -> anyhow::Result<Outcome> {
     let stdout = std::io::stdout();
-    let mut out = stdout.lock();
-    match run(&cmd, &mut out) {
-        Ok(outcome) => {
-            for w in outcome.warnings {
-                eprintln!("heaptag: warning: {w}");
+    let outcome = run(cmd, &mut stdout.lock())?;
+    for w in &outcome.warnings {
+        eprintln!("heaptag: warning: {w}");
+    }
+    Ok(outcome)
+}
+
+fn main() -> ExitCode {
+    let cmd = command(Cli::parse());
+    match run_on_stdout(&cmd) {
+        Ok(outcome) => match outcome.exit_code {
+            Some(code) => ExitCode::from(code.clamp(0, 255) as u8),
+            None if outcome.failed => ExitCode::from(1),
+            None => ExitCode::SUCCESS,
+        },
+        Err(e) => match e.downcast_ref::<Error>() {
+            Some(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
+            lib => {
+                eprintln!("heaptag: {}", one_line(e.as_ref()));
+                ExitCode::from(lib.map_or(2, Error::exit_code))
             }
-            if let Some(code) = outcome.exit_code {
-                ExitCode::from(code.clamp(0, 255) as u8)
-            } else if outcome.failed {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            }
-        }
-        Err(Error::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
-        Err(e @ Error::Watch(heaptag_analyzer::watch::WatchError::CannotStart(..))) => {
-            eprintln!("heaptag: {e}");
-            ExitCode::from(127)
-        }
-        Err(e) => {
-            eprintln!("heaptag: {e}");
-            ExitCode::from(2)
-        }
+        },
     }
 }

@@ -26,6 +26,7 @@ use toml::Spanned;
 
 /// A policy that could not be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PolicyError {
     /// The policy file.
     pub file: PathBuf,
@@ -188,6 +189,7 @@ pub struct Rule {
 
 /// A parsed policy.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Policy {
     /// The file it came from.
     pub file: PathBuf,
@@ -198,21 +200,10 @@ pub struct Policy {
 }
 
 /// Parses `30 GiB`, `512MiB`, `64K`, `1.5 GiB`, `1000` (bytes). Binary units
-/// only: `GB` is refused rather than guessed.
+/// only: `GB` is refused rather than guessed (heaptag-format's one rule,
+/// shared with the allocator's settings).
 pub fn parse_size(s: &str) -> Option<u64> {
-    let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let n: f64 = t[..split].parse().ok()?;
-    let mul: u64 = match t[split..].trim() {
-        "" | "B" => 1,
-        "K" | "KiB" => 1 << 10,
-        "M" | "MiB" => 1 << 20,
-        "G" | "GiB" => 1 << 30,
-        "T" | "TiB" => 1 << 40,
-        _ => return None,
-    };
-    let v = n * mul as f64;
-    (v.is_finite() && v >= 0.0 && v < u64::MAX as f64).then_some(v.round() as u64)
+    heaptag_format::parse_size(s)
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -220,6 +211,14 @@ fn line_of(text: &str, offset: usize) -> usize {
 }
 
 impl Policy {
+    /// Whether checking it needs names for call sites (a `site` pattern, or
+    /// `max_copies`, whose offenders name where copies were allocated).
+    pub fn names_sites(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| r.selector.site.is_some() || r.limits.iter().any(|l| matches!(l, Limit::MaxCopies(_))))
+    }
+
     /// Reads and checks the policy at `path`.
     pub fn load(path: &Path) -> Result<Policy, PolicyError> {
         let text = std::fs::read_to_string(path).map_err(|e| PolicyError {

@@ -13,6 +13,17 @@ use object::{Object, ObjectSegment};
 
 use crate::model::{Model, Sym};
 
+/// The symbolization step, after loading: a log cut short has no Symbol
+/// records, so its frames are named from the binaries here (the modules that
+/// cannot be read are noted in [`Model::symbol_notes`]). A log with symbols
+/// is left as it is, and nothing is read.
+pub fn symbolize(m: &mut Model) {
+    if m.symbols.is_empty() && !m.stacks.is_empty() {
+        let (_, skipped) = fill_missing(m);
+        m.symbol_notes = skipped;
+    }
+}
+
 /// Resolves every stack frame of `m` that has no symbol yet. Returns the
 /// number resolved and the modules skipped (missing, unreadable, rebuilt).
 pub fn fill_missing(m: &mut Model) -> (usize, Vec<String>) {

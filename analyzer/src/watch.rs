@@ -3,7 +3,6 @@
 //! not link heaptag, or beside the log of one that does.
 
 use std::ffi::OsString;
-use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -13,6 +12,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use heaptag_format::procfs::{self, ProcStatus};
 use heaptag_format::{FrameEncoder, Header, LogSettings, Record, FRAME_HEADER_LEN};
 
 /// How to sample.
@@ -28,35 +28,22 @@ pub struct WatchConfig {
 
 /// Why sampling could not start (exit code 2; 127 for a command that cannot
 /// start).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum WatchError {
     /// No such process.
+    #[error("no process {0}")]
     NoProcess(u32),
     /// The process exists but its memory cannot be read (another user's).
-    CannotRead(u32, io::Error),
+    #[error("cannot read the memory of process {0}: {1} (is it another user's? try as that user or root)")]
+    CannotRead(u32, #[source] io::Error),
     /// The command could not be started.
-    CannotStart(String, io::Error),
+    #[error("cannot start `{0}`")]
+    CannotStart(String, #[source] io::Error),
     /// The log could not be written.
-    Log(PathBuf, io::Error),
+    #[error("{}: cannot write the log", .0.display())]
+    Log(PathBuf, #[source] io::Error),
 }
-
-impl fmt::Display for WatchError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            WatchError::NoProcess(p) => write!(f, "no process {p}"),
-            WatchError::CannotRead(p, e) => {
-                write!(
-                    f,
-                    "cannot read the memory of process {p}: {e} (is it another user's? try as that user or root)"
-                )
-            }
-            WatchError::CannotStart(c, e) => write!(f, "cannot start `{c}`: {e}"),
-            WatchError::Log(p, e) => write!(f, "{}: cannot write the log: {e}", p.display()),
-        }
-    }
-}
-
-impl std::error::Error for WatchError {}
 
 /// A log of process samples.
 struct ProcLog {
@@ -131,54 +118,28 @@ impl ProcLog {
     }
 }
 
-/// One sample of a process.
-struct Mem {
-    vm_rss: u64,
-    vm_hwm: u64,
-    rss_anon: u64,
-    rss_file: u64,
-    rss_shmem: u64,
-    pss: u64,
-}
-
-fn kib(text: &str, key: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(key))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse::<u64>().ok())
-        .map_or(0, |k| k * 1024)
-}
-
-fn sample(pid: u32) -> io::Result<Mem> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let pss = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).map_or(0, |t| kib(&t, "Pss:"));
-    Ok(Mem {
-        vm_rss: kib(&status, "VmRSS:"),
-        vm_hwm: kib(&status, "VmHWM:"),
-        rss_anon: kib(&status, "RssAnon:"),
-        rss_file: kib(&status, "RssFile:"),
-        rss_shmem: kib(&status, "RssShmem:"),
-        pss,
-    })
+/// One sample of a process: its status figures and, when readable, its Pss.
+fn sample(pid: u32) -> io::Result<(ProcStatus, u64)> {
+    let status = ProcStatus::parse(&std::fs::read(format!("/proc/{pid}/status"))?);
+    let pss = std::fs::read(format!("/proc/{pid}/smaps_rollup"))
+        .ok()
+        .and_then(|t| procfs::parse_kib(&t, "Pss"))
+        .unwrap_or(0);
+    Ok((status, pss))
 }
 
 fn cmdline(pid: u32) -> String {
     std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| {
-            b.split(|&c| c == 0)
-                .filter(|a| !a.is_empty())
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
+        .map(|b| procfs::parse_cmdline(&b).join(" "))
         .unwrap_or_default()
 }
 
+fn stat(pid: u32) -> Option<procfs::ProcStat> {
+    procfs::parse_stat(&std::fs::read(format!("/proc/{pid}/stat")).ok()?)
+}
+
 fn ppid(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // pid (comm) state ppid ...; comm may hold spaces and parentheses.
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(1)?.parse().ok()
+    stat(pid).map(|s| s.ppid)
 }
 
 /// `root` and, with `children`, every descendant, at this moment.
@@ -225,7 +186,7 @@ fn sample_loop(
                     cmdline: cmdline(pid),
                 });
             }
-            if let Ok(m) = sample(pid) {
+            if let Ok((m, pss)) = sample(pid) {
                 log.put(Record::ProcRss {
                     time_ns: t,
                     pid,
@@ -234,7 +195,7 @@ fn sample_loop(
                     rss_anon: m.rss_anon,
                     rss_file: m.rss_file,
                     rss_shmem: m.rss_shmem,
-                    pss: m.pss,
+                    pss,
                 });
             }
         }
@@ -371,11 +332,5 @@ pub fn watch_pid(cfg: &WatchConfig, pid: u32) -> Result<i32, WatchError> {
 }
 
 fn is_zombie(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rfind(')')
-                .and_then(|i| s[i + 1..].split_whitespace().next().map(|st| st == "Z"))
-        })
-        .unwrap_or(false)
+    stat(pid).is_some_and(|s| s.state == b'Z')
 }

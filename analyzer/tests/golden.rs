@@ -1,7 +1,12 @@
 //! Golden tests: each subcommand's output on a deterministic log (written by
-//! `common::prover_log`) is compared with `tests/golden/*`. After an intended
-//! change, regenerate with `HEAPTAG_BLESS=1 cargo test -p heaptag-analyzer`
-//! and review the diff.
+//! `common::prover_log`) is compared with its `insta` snapshot in
+//! `tests/snapshots/golden__*.snap`, with the log's temporary path redacted.
+//!
+//! A changed output fails the test. Under CI (`CI` set, and `.ci/run`
+//! exports `INSTA_UPDATE=no`) nothing is written; on a developer's machine
+//! insta writes the new output beside the snapshot as `.snap.new`. After an
+//! intended change, review and accept with `cargo insta review` (or rerun
+//! with `INSTA_UPDATE=always` and read the diff in git).
 
 mod common;
 
@@ -30,22 +35,11 @@ fn render(cmd: Command, log: &Path) -> String {
         + "\n"
 }
 
+/// Compares `got` with the snapshot `name`.
 fn golden(name: &str, got: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden")
-        .join(name);
-    if std::env::var_os("HEAPTAG_BLESS").is_some() {
-        std::fs::write(&path, got).unwrap();
-        return;
-    }
-    let want = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (run with HEAPTAG_BLESS=1 to create it)", path.display()));
-    if want != got {
-        panic!(
-            "{name} differs from {}:\n--- want\n{want}\n--- got\n{got}\n(HEAPTAG_BLESS=1 regenerates it)",
-            path.display()
-        );
-    }
+    insta::with_settings!({ snapshot_path => "snapshots", prepend_module_to_snapshot => true }, {
+        insta::assert_snapshot!(name, got);
+    });
 }
 
 fn log(name: &str) -> PathBuf {

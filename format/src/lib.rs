@@ -18,9 +18,12 @@
 pub mod codec;
 pub mod field;
 mod frame;
+pub mod hash;
 mod header;
+pub mod procfs;
 mod record;
 mod schema;
+pub mod units;
 
 pub use codec::Sink;
 pub use field::Deltas;
@@ -29,45 +32,13 @@ pub use frame::{
 };
 pub use header::{Header, LogSettings, Module, COMPAT, MAGIC, VERSION};
 pub use record::{kinds_markdown, Decoded, Event, FieldDoc, Fill, FpMeta, FpWhen, Kind, Record, RecordRef, TagCount};
+pub use units::{parse_duration, parse_size};
 
 use std::fmt;
-use std::time::Duration;
 
 /// Stage name of the tag the log writer's own allocations are charged to;
 /// readers leave it out of per-tag reports.
 pub const WRITER_STAGE: &str = "heaptag:writer";
-
-/// Parses a sampling interval as written in `HEAPTAG_INTERVAL` and
-/// `heaptag run --interval`: `100ms`, `2s`, `500us`, `1m`; a bare number is
-/// milliseconds. Zero and anything else is `None`.
-pub fn parse_duration(v: &str) -> Option<Duration> {
-    let v = v.trim();
-    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
-    let n: u64 = v[..split].parse().ok()?;
-    let d = match v[split..].trim() {
-        "" | "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "us" => Duration::from_micros(n),
-        "m" | "min" => Duration::from_secs(n.checked_mul(60)?),
-        _ => return None,
-    };
-    (!d.is_zero()).then_some(d)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_parse() {
-        assert_eq!(parse_duration("100ms"), Some(Duration::from_millis(100)));
-        assert_eq!(parse_duration("250"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2s"), Some(Duration::from_secs(2)));
-        assert_eq!(parse_duration("0"), None);
-        assert_eq!(parse_duration("fast"), None);
-        assert_eq!(parse_duration("10 parsecs"), None);
-    }
-}
 
 /// A record or header field that could not be decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]

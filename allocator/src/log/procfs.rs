@@ -2,48 +2,62 @@
 //! executable, the command line, and the module map with GNU build ids.
 //!
 //! These run on the writer thread or when the log starts, never in the
-//! allocator's hot path, so they may allocate.
+//! allocator's hot path; only the periodic [`status`] sample avoids
+//! allocating. The parsing itself is heaptag-format's (`procfs`), shared with
+//! `heaptag run` / `heaptag watch`.
 
 use std::ffi::CStr;
+use std::io::Read;
 
 use heaptag_format::Module;
 
-/// Memory figures from `/proc/self/status`, in bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Status {
-    pub(crate) vm_rss: u64,
-    pub(crate) vm_hwm: u64,
-    pub(crate) rss_anon: u64,
-    pub(crate) rss_file: u64,
-}
+/// Memory figures from `/proc/self/status`, in bytes (heaptag-format's parser).
+pub(crate) use heaptag_format::procfs::ProcStatus as Status;
 
 /// Reads `/proc/self/status`; `None` if it cannot be read (not Linux).
+///
+/// Reads through a stack buffer, a piece of whole lines at a time, so a
+/// sample allocates nothing on the writer thread.
 pub(crate) fn status() -> Option<Status> {
-    let text = std::fs::read_to_string("/proc/self/status").ok()?;
-    Some(parse_status(&text))
+    let f = std::fs::File::open("/proc/self/status").ok()?;
+    read_status(f, &mut [0u8; 2048])
 }
 
-fn parse_status(text: &str) -> Status {
+/// Parses a status file from `f` through `buf`, whole lines at a time.
+fn read_status(mut f: impl Read, buf: &mut [u8]) -> Option<Status> {
     let mut s = Status::default();
-    for line in text.lines() {
-        let Some((key, rest)) = line.split_once(':') else {
+    // Bytes of an unfinished line at the start of `buf`.
+    let mut kept = 0;
+    // A line longer than the buffer (a long `Groups:`) is being skipped.
+    let mut skipping = false;
+    loop {
+        let n = match f.read(&mut buf[kept..]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return None,
+        };
+        let filled = kept + n;
+        let Some(last_nl) = buf[..filled].iter().rposition(|&b| b == b'\n') else {
+            // No line end in a full buffer: drop the line's start.
+            skipping |= filled == buf.len();
+            kept = if skipping { 0 } else { filled };
             continue;
         };
-        let kib = rest
-            .split_whitespace()
-            .next()
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
-        let bytes = kib * 1024;
-        match key {
-            "VmRSS" => s.vm_rss = bytes,
-            "VmHWM" => s.vm_hwm = bytes,
-            "RssAnon" => s.rss_anon = bytes,
-            "RssFile" => s.rss_file = bytes,
-            _ => {}
+        let mut lines = &buf[..last_nl];
+        if std::mem::take(&mut skipping) {
+            // The rest of a skipped line runs up to the first line end.
+            let first_nl = lines.iter().position(|&b| b == b'\n').unwrap_or(lines.len());
+            lines = &lines[first_nl.min(lines.len())..];
         }
+        s.update(lines);
+        buf.copy_within(last_nl + 1..filled, 0);
+        kept = filled - last_nl - 1;
     }
-    s
+    if !skipping {
+        s.update(&buf[..kept]);
+    }
+    Some(s)
 }
 
 /// The executable's path.
@@ -56,12 +70,7 @@ pub(crate) fn exe() -> String {
 /// The command line.
 pub(crate) fn cmdline() -> Vec<String> {
     std::fs::read("/proc/self/cmdline")
-        .map(|b| {
-            b.split(|&c| c == 0)
-                .filter(|a| !a.is_empty())
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect()
-        })
+        .map(|b| heaptag_format::procfs::parse_cmdline(&b))
         .unwrap_or_default()
 }
 
@@ -176,17 +185,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn status_lines_parse_to_bytes() {
-        let s = parse_status("Name:\tx\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\nRssAnon:\t 512 kB\nRssFile:\t 256 kB\n");
-        assert_eq!(
-            s,
-            Status {
-                vm_rss: 1 << 20,
-                vm_hwm: 2 << 20,
-                rss_anon: 512 << 10,
-                rss_file: 256 << 10
-            }
+    fn status_is_read_in_pieces_through_a_small_buffer() {
+        let text = format!(
+            "Name:\tx\nGroups:\t{}\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\nRssAnon:\t 512 kB\nRssFile:\t 256 kB",
+            "1234 ".repeat(40)
         );
+        let want = Status::parse(text.as_bytes());
+        assert_eq!((want.vm_rss, want.rss_file), (1 << 20, 256 << 10));
+        for size in [18, 24, 31, 64, 4096] {
+            let got = read_status(text.as_bytes(), &mut vec![0u8; size]);
+            assert_eq!(got, Some(want), "buffer of {size}");
+        }
     }
 
     #[test]

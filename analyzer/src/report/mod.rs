@@ -1,13 +1,25 @@
 //! The report values: what each command says, independent of its rendering.
 //! Serialized as the `--format json` output (see docs/REPORTS.md).
+//!
+//! This file holds `heaptag report` and what every report shares (sources,
+//! moments); one file each for `peak`, `dups`, `sites` and `timeline`.
+
+mod dups;
+mod peak;
+mod sites;
+mod timeline;
+
+pub use dups::{dups, DupsReport, DupsSection};
+pub use peak::{peak, Holding, Moment, Peak, PeakSection, SiteHolding};
+pub use sites::{sites, SiteRow, Sites, SitesSection};
+pub use timeline::{timeline, By, Series, Timeline, TimelineSection};
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::dups::{self, Dups};
 use crate::model::{Composition, Model, TagKey};
-use crate::sites::site_name;
+use crate::units::secs;
 
 /// Version of the JSON output; bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -42,12 +54,8 @@ pub struct Source {
     pub unmatched_frees: u64,
 }
 
-fn secs(ns: u64) -> f64 {
-    (ns as f64 / 1e9 * 1000.0).round() / 1000.0
-}
-
 impl Source {
-    fn of(m: &Model) -> Source {
+    pub(crate) fn of(m: &Model) -> Source {
         let mut problems: Vec<String> = m.problems.iter().map(|p| p.to_string()).collect();
         if !m.ended {
             problems.push(
@@ -394,342 +402,5 @@ pub fn report(models: &[Model]) -> Report {
         sources,
         combined,
         phases: phases(models),
-    }
-}
-
-/// A tag's share of memory at a moment.
-#[derive(Clone, Debug, Serialize)]
-pub struct Holding {
-    /// The tag.
-    pub tag: String,
-    /// Tracked bytes (exact).
-    pub tracked_bytes: u64,
-    /// Small bytes (estimate).
-    pub small_bytes: u64,
-    /// External bytes.
-    pub external_bytes: i64,
-}
-
-/// A call site's share of memory at a moment.
-#[derive(Clone, Debug, Serialize)]
-pub struct SiteHolding {
-    /// The call site.
-    pub site: String,
-    /// Bytes alive from it (tracked exact + sampled estimate).
-    pub bytes: u64,
-}
-
-/// What held memory at one moment.
-#[derive(Clone, Debug, Serialize)]
-pub struct Moment {
-    /// Which peak: `rss` or `attributed`.
-    pub kind: String,
-    /// When, seconds.
-    pub time_s: f64,
-    /// VmRSS then, if sampled.
-    pub rss_bytes: Option<u64>,
-    /// Tracked + small estimate then.
-    pub attributed_bytes: u64,
-    /// Per tag, largest first.
-    pub by_tag: Vec<Holding>,
-    /// Per call site, largest first (top N).
-    pub by_site: Vec<SiteHolding>,
-}
-
-/// `heaptag peak` for one log.
-#[derive(Clone, Debug, Serialize)]
-pub struct PeakSection {
-    /// The log.
-    pub source: Source,
-    /// At the RSS peak and at the attributed peak.
-    pub moments: Vec<Moment>,
-}
-
-/// `heaptag peak`.
-#[derive(Clone, Debug, Serialize)]
-pub struct Peak {
-    /// JSON schema version.
-    pub schema_version: u32,
-    /// One section per log.
-    pub sources: Vec<PeakSection>,
-}
-
-fn moment(m: &Model, kind: &str, c: &Composition, top: usize) -> Moment {
-    let mut by_site: BTreeMap<String, u64> = BTreeMap::new();
-    for &(stack, bytes) in &c.per_site {
-        *by_site.entry(site_name(m, stack)).or_default() += bytes;
-    }
-    let mut by_site: Vec<SiteHolding> = by_site
-        .into_iter()
-        .map(|(site, bytes)| SiteHolding { site, bytes })
-        .collect();
-    by_site.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.site.cmp(&b.site)));
-    by_site.truncate(top);
-    Moment {
-        kind: kind.into(),
-        time_s: secs(c.time_ns),
-        rss_bytes: c.rss,
-        attributed_bytes: c.tracked + c.small.0,
-        by_tag: c
-            .per_tag
-            .iter()
-            .map(|&(id, t, s, e)| Holding {
-                tag: m.tag(id).to_string(),
-                tracked_bytes: t,
-                small_bytes: s,
-                external_bytes: e,
-            })
-            .collect(),
-        by_site,
-    }
-}
-
-/// Builds `heaptag peak`.
-pub fn peak(models: &[Model], top: usize) -> Peak {
-    Peak {
-        schema_version: SCHEMA_VERSION,
-        sources: models
-            .iter()
-            .map(|m| PeakSection {
-                source: Source::of(m),
-                moments: [
-                    ("rss", m.rss_peak.as_ref()),
-                    ("attributed", m.attributed_composition.as_ref()),
-                ]
-                .into_iter()
-                .filter_map(|(k, c)| c.map(|c| moment(m, k, c, top)))
-                .collect(),
-            })
-            .collect(),
-    }
-}
-
-/// `heaptag dups` for one log.
-#[derive(Clone, Debug, Serialize)]
-pub struct DupsSection {
-    /// The log.
-    pub source: Source,
-    /// The finding.
-    #[serde(flatten)]
-    pub dups: Dups,
-}
-
-/// `heaptag dups`.
-#[derive(Clone, Debug, Serialize)]
-pub struct DupsReport {
-    /// JSON schema version.
-    pub schema_version: u32,
-    /// One section per log (addresses are per process).
-    pub sources: Vec<DupsSection>,
-}
-
-/// Builds `heaptag dups`.
-pub fn dups(models: &[Model]) -> DupsReport {
-    DupsReport {
-        schema_version: SCHEMA_VERSION,
-        sources: models
-            .iter()
-            .map(|m| DupsSection {
-                source: Source::of(m),
-                dups: dups::analyze(m),
-            })
-            .collect(),
-    }
-}
-
-/// One call site.
-#[derive(Clone, Debug, Serialize)]
-pub struct SiteRow {
-    /// The call site.
-    pub site: String,
-    /// Highest live bytes from it, and when.
-    pub peak_live: At,
-    /// Bytes allocated from it (tracked exact + sampled estimate).
-    pub allocated_bytes: u64,
-    /// Tracked allocations and samples from it.
-    pub allocations: u64,
-    /// Tags that allocated here.
-    pub tags: Vec<String>,
-}
-
-/// `heaptag sites` for one log.
-#[derive(Clone, Debug, Serialize)]
-pub struct SitesSection {
-    /// The log.
-    pub source: Source,
-    /// Top sites by peak live bytes.
-    pub by_peak: Vec<SiteRow>,
-    /// Top sites by bytes allocated.
-    pub by_allocated: Vec<SiteRow>,
-}
-
-/// `heaptag sites`.
-#[derive(Clone, Debug, Serialize)]
-pub struct Sites {
-    /// JSON schema version.
-    pub schema_version: u32,
-    /// One section per log.
-    pub sources: Vec<SitesSection>,
-}
-
-/// Builds `heaptag sites`: stacks with the same call site are merged.
-pub fn sites(models: &[Model], top: usize) -> Sites {
-    Sites {
-        schema_version: SCHEMA_VERSION,
-        sources: models
-            .iter()
-            .map(|m| {
-                let mut merged: BTreeMap<String, SiteRow> = BTreeMap::new();
-                for (stack, s) in m.sites_used() {
-                    let name = site_name(m, stack);
-                    let row = merged.entry(name.clone()).or_insert_with(|| SiteRow {
-                        site: name,
-                        peak_live: At { bytes: 0, time_s: 0.0 },
-                        allocated_bytes: 0,
-                        allocations: 0,
-                        tags: Vec::new(),
-                    });
-                    // Peaks of merged stacks may fall at different moments;
-                    // the largest one is a lower bound of the site's peak.
-                    if s.peak > row.peak_live.bytes {
-                        row.peak_live = At {
-                            bytes: s.peak,
-                            time_s: secs(s.peak_t),
-                        };
-                    }
-                    row.allocated_bytes += s.alloc_bytes;
-                    row.allocations += s.alloc_count;
-                    for t in &s.tags {
-                        let name = m.tag(*t).to_string();
-                        if !row.tags.contains(&name) {
-                            row.tags.push(name);
-                        }
-                    }
-                }
-                let mut rows: Vec<SiteRow> = merged.into_values().collect();
-                for r in &mut rows {
-                    r.tags.sort();
-                }
-                let mut by_peak = rows.clone();
-                by_peak.sort_by(|a, b| {
-                    b.peak_live
-                        .bytes
-                        .cmp(&a.peak_live.bytes)
-                        .then_with(|| a.site.cmp(&b.site))
-                });
-                by_peak.truncate(top);
-                rows.sort_by(|a, b| {
-                    b.allocated_bytes
-                        .cmp(&a.allocated_bytes)
-                        .then_with(|| a.site.cmp(&b.site))
-                });
-                rows.truncate(top);
-                SitesSection {
-                    source: Source::of(m),
-                    by_peak,
-                    by_allocated: rows,
-                }
-            })
-            .collect(),
-    }
-}
-
-/// What a timeline groups tags by.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum By {
-    /// Stage names.
-    Stage,
-    /// Partitions.
-    Partition,
-    /// Jobs.
-    Job,
-    /// Full tags.
-    Tag,
-}
-
-/// One line of a timeline.
-#[derive(Clone, Debug, Serialize)]
-pub struct Series {
-    /// The stage, partition, job or tag.
-    pub key: String,
-    /// Live bytes at each time.
-    pub bytes: Vec<u64>,
-    /// Highest value.
-    pub peak_bytes: u64,
-}
-
-/// `heaptag timeline` for one log.
-#[derive(Clone, Debug, Serialize)]
-pub struct TimelineSection {
-    /// The log.
-    pub source: Source,
-    /// What tags are grouped by.
-    pub by: By,
-    /// Sample times, seconds.
-    pub times_s: Vec<f64>,
-    /// One series per key, largest peak first.
-    pub series: Vec<Series>,
-    /// VmRSS at each time.
-    pub rss_bytes: Vec<u64>,
-}
-
-/// `heaptag timeline`.
-#[derive(Clone, Debug, Serialize)]
-pub struct Timeline {
-    /// JSON schema version.
-    pub schema_version: u32,
-    /// One section per log.
-    pub sources: Vec<TimelineSection>,
-}
-
-fn key_of(k: &TagKey, by: By) -> String {
-    match by {
-        By::Stage => k.stage.clone().unwrap_or_else(|| "(no stage)".into()),
-        By::Partition => k
-            .partition
-            .map_or_else(|| "(no partition)".into(), |p| format!("partition {p}")),
-        By::Job => k.job.map_or_else(|| "(no job)".into(), |j| format!("job {j}")),
-        By::Tag => k.to_string(),
-    }
-}
-
-/// Builds `heaptag timeline`.
-pub fn timeline(models: &[Model], by: By) -> Timeline {
-    Timeline {
-        schema_version: SCHEMA_VERSION,
-        sources: models
-            .iter()
-            .map(|m| {
-                let n = m.timeline.len();
-                let mut series: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-                for (i, (_, per_tag)) in m.timeline.iter().enumerate() {
-                    for &(tag, bytes) in per_tag {
-                        let k = m.tag(tag);
-                        if k.is_heaptag_own() {
-                            continue;
-                        }
-                        series.entry(key_of(&k, by)).or_insert_with(|| vec![0; n])[i] += bytes;
-                    }
-                }
-                let mut series: Vec<Series> = series
-                    .into_iter()
-                    .map(|(key, bytes)| Series {
-                        peak_bytes: bytes.iter().copied().max().unwrap_or(0),
-                        key,
-                        bytes,
-                    })
-                    .filter(|s| s.peak_bytes > 0)
-                    .collect();
-                series.sort_by(|a, b| b.peak_bytes.cmp(&a.peak_bytes).then_with(|| a.key.cmp(&b.key)));
-                TimelineSection {
-                    source: Source::of(m),
-                    by,
-                    times_s: m.timeline.iter().map(|(t, _)| secs(*t)).collect(),
-                    series,
-                    rss_bytes: m.rss_series.clone(),
-                }
-            })
-            .collect(),
     }
 }

@@ -1,17 +1,22 @@
-//! `heaptag check`: evaluates a policy's rules on loaded logs.
+//! `heaptag check`: evaluates a policy's rules on loaded logs (rendering of
+//! the outcomes, JUnit included, in render.rs).
+
+mod render;
+
+pub use render::render;
 
 use std::collections::BTreeMap;
-use std::io::{self, Write};
-use std::path::Path;
+use std::io;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::dups;
 use crate::model::Model;
 use crate::policy::{Limit, Per, Policy, PolicyError, Rule};
-use crate::render::{bytes, Format};
 use crate::report::{self, SCHEMA_VERSION};
 use crate::sites::site_name;
+use crate::units::{bytes, secs};
 
 /// The outcome of one limit of one rule on one log.
 #[derive(Clone, Debug, Serialize)]
@@ -77,40 +82,66 @@ impl Baseline {
 }
 
 /// Why a check could not run (exit code 2).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CheckError {
-    /// The policy is wrong.
-    Policy(PolicyError),
-    /// The baseline file is missing or wrong.
-    Baseline(String),
-}
-
-impl std::fmt::Display for CheckError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CheckError::Policy(e) => write!(f, "{e}"),
-            CheckError::Baseline(e) => write!(f, "{e}"),
-        }
-    }
+    /// The policy is wrong (its file, line and key say where).
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    /// The baseline file cannot be read.
+    #[error("{}: cannot read the baseline", path.display())]
+    BaselineUnreadable {
+        /// The baseline file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The baseline file is not a baseline.
+    #[error("{}:{line}: not a heaptag baseline: {source} (write one with --write-baseline)", path.display())]
+    BaselineInvalid {
+        /// The baseline file.
+        path: PathBuf,
+        /// Line of the fault.
+        line: usize,
+        /// What the JSON reader found.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The baseline was written by a newer heaptag.
+    #[error("{}: baseline schema {found} is newer than this heaptag ({SCHEMA_VERSION}): upgrade heaptag", path.display())]
+    BaselineNewer {
+        /// The baseline file.
+        path: PathBuf,
+        /// Its schema version.
+        found: u32,
+    },
+    /// A `max_increase` rule without `--baseline`.
+    #[error("rule {rule:?} (line {line}) sets max_increase: give the earlier run's figures with --baseline FILE")]
+    NoBaseline {
+        /// The rule's name.
+        rule: String,
+        /// Its line in the policy.
+        line: usize,
+    },
 }
 
 /// Reads a baseline written by `--write-baseline`.
 pub fn read_baseline(path: &Path) -> Result<Baseline, CheckError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| CheckError::Baseline(format!("{}: cannot read the baseline: {e}", path.display())))?;
-    let b: Baseline = serde_json::from_str(&text).map_err(|e| {
-        CheckError::Baseline(format!(
-            "{}:{}: not a heaptag baseline: {e} (write one with --write-baseline)",
-            path.display(),
-            e.line()
-        ))
+    let text = std::fs::read_to_string(path).map_err(|source| CheckError::BaselineUnreadable {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let b: Baseline = serde_json::from_str(&text).map_err(|source| CheckError::BaselineInvalid {
+        path: path.to_path_buf(),
+        line: source.line(),
+        source,
     })?;
     if b.schema_version > SCHEMA_VERSION {
-        return Err(CheckError::Baseline(format!(
-            "{}: baseline schema {} is newer than this heaptag ({SCHEMA_VERSION})",
-            path.display(),
-            b.schema_version
-        )));
+        return Err(CheckError::BaselineNewer {
+            path: path.to_path_buf(),
+            found: b.schema_version,
+        });
     }
     Ok(b)
 }
@@ -218,7 +249,7 @@ fn evaluate(
                         "{}: peak {} at {:.3} s",
                         m.tag(t),
                         bytes(a.peak),
-                        a.peak_t as f64 / 1e9
+                        secs(a.peak_t)
                     ));
                 }
             }
@@ -227,11 +258,7 @@ fn evaluate(
                     let name = site_name(m, stack);
                     if rule.selector.matches_site(&name) && s.peak > max {
                         worst = worst.max(s.peak);
-                        offenders.push(format!(
-                            "{name}: peak {} at {:.3} s",
-                            bytes(s.peak),
-                            s.peak_t as f64 / 1e9
-                        ));
+                        offenders.push(format!("{name}: peak {} at {:.3} s", bytes(s.peak), secs(s.peak_t)));
                     }
                 }
             }
@@ -251,7 +278,7 @@ fn evaluate(
                     "{} selected tags together held {} at {:.3} s (at the memory samples)",
                     tags.len(),
                     bytes(worst.0),
-                    worst.1 as f64 / 1e9
+                    secs(worst.1)
                 ));
             }
             (bytes(max), bytes(worst.0), worst.0 <= max)
@@ -263,7 +290,7 @@ fn evaluate(
                 offenders.push(format!(
                     "RSS {} at {:.3} s; run `heaptag peak` for what held it",
                     bytes(r),
-                    t as f64 / 1e9
+                    secs(t)
                 ));
             }
             (bytes(max), peak.map_or("not sampled".into(), |p| bytes(p.0)), v <= max)
@@ -312,10 +339,10 @@ fn evaluate(
         }
         Limit::MaxIncrease(max_pct) => {
             let Some(b) = baseline else {
-                return Err(CheckError::Baseline(format!(
-                    "rule {:?} (line {}) sets max_increase: give the earlier run's figures with --baseline FILE",
-                    rule.name, rule.line
-                )));
+                return Err(CheckError::NoBaseline {
+                    rule: rule.name.clone(),
+                    line: rule.line,
+                });
             };
             let mut worst = 0f64;
             for &t in tags {
@@ -360,113 +387,4 @@ fn evaluate(
         found,
         offenders,
     })
-}
-
-fn xml(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-        .replace('\'', "&apos;")
-}
-
-/// Renders the outcomes.
-pub fn render(r: &CheckReport, f: Format, junit: bool, out: &mut dyn Write) -> io::Result<()> {
-    if junit {
-        writeln!(out, r#"<?xml version="1.0" encoding="UTF-8"?>"#)?;
-        writeln!(
-            out,
-            r#"<testsuites name="heaptag check" tests="{}" failures="{}">"#,
-            r.outcomes.len(),
-            r.failures
-        )?;
-        writeln!(
-            out,
-            r#"  <testsuite name="{}" tests="{}" failures="{}">"#,
-            xml(&r.policy),
-            r.outcomes.len(),
-            r.failures
-        )?;
-        for o in &r.outcomes {
-            let name = format!("{} [{}] (line {})", o.rule, o.limit, o.line);
-            write!(
-                out,
-                r#"    <testcase classname="{}" name="{}""#,
-                xml(&o.log),
-                xml(&name)
-            )?;
-            if o.passed {
-                writeln!(out, "/>")?;
-            } else {
-                writeln!(out, ">")?;
-                writeln!(
-                    out,
-                    r#"      <failure message="{}">{}</failure>"#,
-                    xml(&format!("{}: allowed {}, found {}", o.limit, o.allowed, o.found)),
-                    xml(&o.offenders.join("\n"))
-                )?;
-                writeln!(out, "    </testcase>")?;
-            }
-        }
-        writeln!(out, "  </testsuite>")?;
-        return writeln!(out, "</testsuites>");
-    }
-    match f {
-        Format::Json => crate::render::json(r, out),
-        Format::Markdown => {
-            writeln!(
-                out,
-                "## heaptag check: {}\n",
-                if r.failures == 0 { "passed" } else { "FAILED" }
-            )?;
-            writeln!(out, "| result | rule | limit | allowed | found | log |")?;
-            writeln!(out, "| --- | --- | --- | ---: | ---: | --- |")?;
-            for o in &r.outcomes {
-                writeln!(
-                    out,
-                    "| {} | {} (line {}) | {} | {} | {} | {} |",
-                    if o.passed { "pass" } else { "**FAIL**" },
-                    o.rule.replace('|', "\\|"),
-                    o.line,
-                    o.limit,
-                    o.allowed,
-                    o.found,
-                    o.log
-                )?;
-            }
-            for o in r.outcomes.iter().filter(|o| !o.passed) {
-                writeln!(out, "\n**{}** (`{}`, line {}):\n", o.rule, o.limit, o.line)?;
-                for x in &o.offenders {
-                    writeln!(out, "- {}", x.replace('|', "\\|"))?;
-                }
-            }
-            Ok(())
-        }
-        Format::Text => {
-            for o in &r.outcomes {
-                writeln!(
-                    out,
-                    "{} {}:{} {} [{}]: allowed {}, found {} ({})",
-                    if o.passed { "pass" } else { "FAIL" },
-                    r.policy,
-                    o.line,
-                    o.rule,
-                    o.limit,
-                    o.allowed,
-                    o.found,
-                    o.log
-                )?;
-                for x in &o.offenders {
-                    writeln!(out, "       {x}")?;
-                }
-            }
-            writeln!(
-                out,
-                "{}: {} of {} checks failed",
-                if r.failures == 0 { "passed" } else { "FAILED" },
-                r.failures,
-                r.outcomes.len()
-            )
-        }
-    }
 }

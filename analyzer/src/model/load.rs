@@ -1,0 +1,90 @@
+//! Loading: reading a log file through [`LogReader`] into a [`Model`], with
+//! progress on a terminal. Nothing here reads anything but the log.
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::time::Instant;
+
+use heaptag_format::LogReader;
+
+use super::Model;
+use crate::Error;
+
+/// Shows reading progress on stderr when it is a terminal.
+struct Progress {
+    on: bool,
+    total: u64,
+    last: Instant,
+    label: String,
+}
+
+impl Progress {
+    fn new(path: &Path, pass: &str) -> Progress {
+        Progress {
+            on: std::io::stderr().is_terminal(),
+            total: std::fs::metadata(path).map_or(0, |m| m.len()),
+            last: Instant::now(),
+            label: format!("{} ({pass})", path.display()),
+        }
+    }
+
+    fn tick(&mut self, at: u64) {
+        if self.on && self.last.elapsed().as_millis() >= 250 && self.total > 0 {
+            self.last = Instant::now();
+            eprint!("\rreading {}: {:>3}%", self.label, at * 100 / self.total);
+        }
+    }
+
+    fn done(&self) {
+        if self.on && self.last.elapsed().as_millis() > 0 {
+            eprint!("\r\x1b[K");
+        }
+    }
+}
+
+impl Model {
+    /// Reads the log at `path` in one pass; with `peak`, a second pass stops
+    /// at the attributed peak to record what held it (`heaptag peak`); with
+    /// `intervals`, keeps the lifetime of every large block (`heaptag dups`).
+    pub fn load(path: &Path, peak: bool, intervals: bool) -> Result<Model, Error> {
+        let mut m = Model::pass(path, None, intervals)?;
+        let (_, at, _) = m.attributed_peak;
+        if peak && at > 0 {
+            let again = Model::pass(path, Some(at), false)?;
+            m.attributed_composition = again.attributed_composition;
+        }
+        Ok(m)
+    }
+
+    fn pass(path: &Path, stop_at: Option<u64>, want_intervals: bool) -> Result<Model, Error> {
+        let mut r = LogReader::open(path).map_err(|source| Error::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut m = Model {
+            path: path.to_path_buf(),
+            header: r.header().clone(),
+            want_intervals,
+            ..Model::default()
+        };
+        let mut progress = Progress::new(path, if stop_at.is_some() { "peak" } else { "replay" });
+        while let Some(rec) = r.next() {
+            m.records += 1;
+            m.apply(rec);
+            if stop_at == Some(m.records) {
+                m.attributed_composition = Some(m.compose());
+                break;
+            }
+            if m.records % 65536 == 0 {
+                progress.tick(r.offset());
+            }
+        }
+        progress.done();
+        m.problems = r.problems().to_vec();
+        m.ended = r.ended();
+        if stop_at.is_none() {
+            m.close();
+        }
+        Ok(m)
+    }
+}

@@ -1,0 +1,318 @@
+//! The model of one log: what the reports need, as replay leaves it.
+//!
+//! [`load`](Model::load) reads a log and replays it (`replay.rs`) into a
+//! [`Model`], in memory bounded by what is alive (plus one small record per
+//! fingerprinted block). Loading reads only the log: names for call sites
+//! come later, from [`crate::symbolize`], and only for the reports that show
+//! them.
+
+mod load;
+mod replay;
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::PathBuf;
+
+use heaptag_format::hash::MixMap;
+use heaptag_format::{Fill, Header, Problem};
+
+/// A tag as the log defines it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+pub struct TagKey {
+    /// Job.
+    pub job: Option<u64>,
+    /// Stage.
+    pub stage: Option<String>,
+    /// Partition.
+    pub partition: Option<u32>,
+}
+
+impl TagKey {
+    /// The tag of heaptag's own log writer (left out of per-tag reports).
+    pub fn is_heaptag_own(&self) -> bool {
+        self.stage.as_deref() == Some(heaptag_format::WRITER_STAGE)
+    }
+}
+
+impl fmt::Display for TagKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(j) = self.job {
+            parts.push(format!("job={j}"));
+        }
+        if let Some(s) = &self.stage {
+            parts.push(format!("stage={s}"));
+        }
+        if let Some(p) = self.partition {
+            parts.push(format!("partition={p}"));
+        }
+        if parts.is_empty() {
+            f.write_str("untagged")
+        } else {
+            f.write_str(&parts.join(" "))
+        }
+    }
+}
+
+/// A content fingerprint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fp {
+    /// Hash of length and content.
+    pub hash: u64,
+    /// Fill kind.
+    pub fill: Fill,
+    /// Whole content hashed.
+    pub full: bool,
+}
+
+/// A live tracked block.
+#[derive(Clone, Copy, Debug)]
+pub struct Block {
+    /// Tag id.
+    pub tag: u32,
+    /// Stack id.
+    pub stack: u32,
+    /// Requested size.
+    pub size: u64,
+    /// Allocation time, ns.
+    pub start: u64,
+    /// Latest fingerprint.
+    pub fp: Option<Fp>,
+}
+
+/// The lifetime of a tracked block (for duplicate detection).
+#[derive(Clone, Copy, Debug)]
+pub struct Interval {
+    /// Tag id.
+    pub tag: u32,
+    /// Stack id.
+    pub stack: u32,
+    /// Size.
+    pub size: u64,
+    /// Allocated at, ns.
+    pub start: u64,
+    /// Freed at, ns (`None`: alive at the end of the log).
+    pub end: Option<u64>,
+    /// Fingerprint, if one was taken.
+    pub fp: Option<Fp>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    tag: u32,
+    stack: u32,
+    size: u64,
+    weight: u64,
+}
+
+impl Sample {
+    /// This sample's share of the estimator's variance: w^2 (1 - p), p = size / w.
+    fn var(&self) -> f64 {
+        let w = self.weight as f64;
+        (w * w - w * self.size as f64).max(0.0)
+    }
+}
+
+/// Running figures of one tag.
+#[derive(Clone, Debug, Default)]
+pub struct TagAcc {
+    /// Tracked bytes alive (exact).
+    pub tracked: u64,
+    /// Estimated small bytes alive.
+    pub small: u64,
+    /// Variance of `small`.
+    pub small_var: f64,
+    /// Highest tracked + small, and when.
+    pub peak: u64,
+    /// Time of `peak`, ns.
+    pub peak_t: u64,
+    /// Highest tracked alone (exact).
+    pub tracked_peak: u64,
+    /// Tracked bytes allocated.
+    pub tracked_alloc: u64,
+    /// Tracked blocks allocated.
+    pub tracked_count: u64,
+    /// Latest counters written by the process (all sizes, exact).
+    pub alloc_bytes: Option<u64>,
+    /// Latest allocation count written by the process.
+    pub alloc_count: Option<u64>,
+    /// External memory held.
+    pub external: i64,
+}
+
+/// Running figures of one call stack.
+#[derive(Clone, Debug, Default)]
+pub struct SiteAcc {
+    /// Bytes alive (tracked exact + sampled estimate).
+    pub live: u64,
+    /// Highest `live`, and when.
+    pub peak: u64,
+    /// Time of `peak`.
+    pub peak_t: u64,
+    /// Bytes allocated (tracked exact + sampled estimate).
+    pub alloc_bytes: u64,
+    /// Blocks allocated (tracked) or sampled.
+    pub alloc_count: u64,
+    /// Tags that allocated here (at most 32 kept).
+    pub tags: BTreeSet<u32>,
+}
+
+/// What held memory at one moment.
+#[derive(Clone, Debug, Default)]
+pub struct Composition {
+    /// When, ns.
+    pub time_ns: u64,
+    /// VmRSS then (if sampled).
+    pub rss: Option<u64>,
+    /// jemalloc (allocated, resident) then.
+    pub jemalloc: Option<(u64, u64)>,
+    /// Exact process totals (live, tracked, heaptag overhead) then.
+    pub totals: Option<(u64, u64, u64)>,
+    /// Tracked bytes alive (exact).
+    pub tracked: u64,
+    /// Small bytes alive, estimated, and its standard error.
+    pub small: (u64, f64),
+    /// External (annotated) bytes.
+    pub external: u64,
+    /// Per tag: (tag id, tracked, small estimate, external).
+    pub per_tag: Vec<(u32, u64, u64, i64)>,
+    /// Per stack: (stack id, bytes).
+    pub per_site: Vec<(u32, u64)>,
+}
+
+/// A resolved frame.
+#[derive(Clone, Debug, Default)]
+pub struct Sym {
+    /// Function.
+    pub function: String,
+    /// File.
+    pub file: String,
+    /// Line.
+    pub line: u32,
+}
+
+/// A process sampled by `heaptag run` / `heaptag watch`.
+#[derive(Clone, Debug, Default)]
+pub struct ProcAcc {
+    /// Its pid.
+    pub pid: u32,
+    /// Its parent.
+    pub ppid: u32,
+    /// Its command line.
+    pub cmdline: String,
+    /// (time ns, VmRSS) at each sample.
+    pub samples: Vec<(u64, u64)>,
+    /// Highest VmRSS sampled, and when.
+    pub peak: (u64, u64),
+    /// Highest Pss sampled.
+    pub pss_peak: u64,
+    /// Exit code when it ended (-1: unknown).
+    pub exit: Option<i32>,
+}
+
+/// Everything the reports need from one log.
+#[derive(Debug, Default)]
+pub struct Model {
+    /// The log's path.
+    pub path: PathBuf,
+    /// Its header.
+    pub header: Header,
+    /// Tag definitions by id.
+    pub tags: MixMap<u32, TagKey>,
+    /// Stack definitions.
+    pub stacks: MixMap<u32, Vec<u64>>,
+    /// Resolved frames.
+    pub symbols: MixMap<u64, Sym>,
+    /// Per tag id (ids are dense: a vector, not a map; see `slot`).
+    pub tag_acc: Vec<TagAcc>,
+    /// Per stack id.
+    pub site_acc: Vec<SiteAcc>,
+    /// Lifetimes of blocks of at least the fingerprint size (or fingerprinted).
+    pub intervals: Vec<Interval>,
+    /// Highest attributed (tracked + small estimate) and the record index, time.
+    pub attributed_peak: (u64, u64, u64),
+    /// Composition at the highest RSS sample.
+    pub rss_peak: Option<Composition>,
+    /// Composition at the attributed peak (filled by a second pass).
+    pub attributed_composition: Option<Composition>,
+    /// Per-tag live bytes at each RSS sample: (time, [(tag, bytes)]).
+    pub timeline: Vec<(u64, Vec<(u32, u64)>)>,
+    /// VmRSS at each RSS sample (same times as `timeline`).
+    pub rss_series: Vec<u64>,
+    /// Marks.
+    pub marks: Vec<(u64, String)>,
+    /// Processes sampled from outside (`heaptag run` / `watch` logs).
+    pub procs: Vec<ProcAcc>,
+    /// Modules whose frames could not be symbolized offline, and why.
+    pub symbol_notes: Vec<String>,
+    /// Events dropped by the writer (largest count seen).
+    pub dropped: u64,
+    /// Latest time seen, ns.
+    pub end_ns: u64,
+    /// Whether the log has its end record.
+    pub ended: bool,
+    /// Damage found while reading.
+    pub problems: Vec<Problem>,
+    /// Frees with no allocation in the log (allocated before logging began, or dropped).
+    pub unmatched_frees: u64,
+    /// Latest exact totals (live, tracked, heaptag overhead).
+    pub last_totals: Option<(u64, u64, u64)>,
+    /// Highest heaptag overhead seen.
+    pub max_overhead: u64,
+    /// Records read.
+    pub records: u64,
+    /// Allocator events read.
+    pub events: u64,
+    /// Tracked bytes alive now.
+    pub tracked: u64,
+    small: u64,
+    small_var: f64,
+    external: i64,
+    live: MixMap<u64, Block>,
+    moving: MixMap<(u32, u64), Block>,
+    samples: MixMap<u64, Sample>,
+    last_rss: Option<u64>,
+    last_je: Option<(u64, u64)>,
+    peak_pending: bool,
+    /// Keep block lifetimes (only `heaptag dups` needs them).
+    want_intervals: bool,
+}
+
+impl Model {
+    /// The tag's definition (untagged for unknown ids).
+    pub fn tag(&self, id: u32) -> TagKey {
+        self.tags.get(&id).cloned().unwrap_or_default()
+    }
+
+    /// Tags that ever held or allocated anything, with their figures.
+    pub fn tags_used(&self) -> impl Iterator<Item = (u32, &TagAcc)> {
+        self.tag_acc
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.peak > 0 || a.alloc_count.unwrap_or(0) > 0 || a.external != 0 || a.tracked_count > 0)
+            .map(|(id, a)| (id as u32, a))
+    }
+
+    /// Stacks that allocated, with their figures.
+    pub fn sites_used(&self) -> impl Iterator<Item = (u32, &SiteAcc)> {
+        self.site_acc
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.alloc_count > 0)
+            .map(|(id, s)| (id as u32, s))
+    }
+
+    /// Highest RSS and when: the process's own samples, or for a `run` /
+    /// `watch` log the highest sampled process.
+    pub fn peak_rss(&self) -> Option<(u64, u64)> {
+        self.rss_peak
+            .as_ref()
+            .and_then(|c| c.rss.map(|r| (r, c.time_ns)))
+            .or_else(|| self.procs.iter().map(|p| p.peak).max())
+    }
+
+    /// Whether the log holds any fingerprints.
+    pub fn has_fingerprints(&self) -> bool {
+        self.intervals.iter().any(|i| i.fp.is_some())
+    }
+}

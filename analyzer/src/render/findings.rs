@@ -1,0 +1,241 @@
+//! Rendering `heaptag peak`, `dups`, `sites` and `timeline` (chart and CSV).
+
+use std::io::{self, Write};
+
+use super::table::{columns, Table, BARS};
+use super::{heading, json, source, Format};
+use crate::report::{DupsReport, Peak, Sites, Timeline};
+use crate::units::{bytes, sbytes, seconds};
+
+/// Renders `heaptag peak`.
+pub fn peak(p: &Peak, f: Format, out: &mut dyn Write) -> io::Result<()> {
+    if f == Format::Json {
+        return json(p, out);
+    }
+    heading(f, out, 1, "heaptag peak: what held the memory")?;
+    for s in &p.sources {
+        source(f, out, &s.source)?;
+        for m in &s.moments {
+            let title = match m.kind.as_str() {
+                "rss" => format!(
+                    "At the RSS peak: {} at {:.3} s ({} attributed)",
+                    m.rss_bytes.map_or("?".into(), bytes),
+                    m.time_s,
+                    bytes(m.attributed_bytes)
+                ),
+                _ => format!(
+                    "At the attributed peak: {} at {:.3} s",
+                    bytes(m.attributed_bytes),
+                    m.time_s
+                ),
+            };
+            heading(f, out, 3, &title)?;
+            let mut t = Table::new(&["tag", "held", "share", "tracked", "small (est.)", "external"]);
+            let total = m.attributed_bytes.max(1);
+            for h in &m.by_tag {
+                let held = h.tracked_bytes + h.small_bytes;
+                t.row(vec![
+                    h.tag.clone(),
+                    bytes(held),
+                    format!("{:.1}%", held as f64 * 100.0 / total as f64),
+                    bytes(h.tracked_bytes),
+                    bytes(h.small_bytes),
+                    if h.external_bytes == 0 {
+                        String::new()
+                    } else {
+                        sbytes(h.external_bytes)
+                    },
+                ]);
+            }
+            t.write(f, out)?;
+            writeln!(out)?;
+            let mut t = Table::new(&["call site", "held"]);
+            for s in &m.by_site {
+                t.row(vec![s.site.clone(), bytes(s.bytes)]);
+            }
+            t.write(f, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// Renders `heaptag dups`.
+pub fn dups(d: &DupsReport, f: Format, out: &mut dyn Write) -> io::Result<()> {
+    if f == Format::Json {
+        return json(d, out);
+    }
+    heading(f, out, 1, "heaptag dups: shared once or duplicated?")?;
+    for s in &d.sources {
+        source(f, out, &s.source)?;
+        let x = &s.dups;
+        if !x.fingerprints {
+            writeln!(
+                out,
+                "no content fingerprints in this log: blocks are grouped by call site and size, and findings are only suspected"
+            )?;
+        }
+        heading(f, out, 3, "Verdict per stage")?;
+        let mut t = Table::new(&["stage", "<verdict", "wasted", "contents"]);
+        for v in &x.verdicts {
+            let verdict = if v.copies > 1 {
+                format!("{} x{}", v.verdict, v.copies)
+            } else {
+                v.verdict.clone()
+            };
+            t.row(vec![
+                v.stage.clone(),
+                verdict,
+                bytes(v.wasted_bytes),
+                v.contents.to_string(),
+            ]);
+        }
+        t.write(f, out)?;
+        if x.filled_blocks > 0 {
+            writeln!(
+                out,
+                "({} zero- or constant-filled blocks are never counted as duplicates)",
+                x.filled_blocks
+            )?;
+        }
+        if !x.duplicated.is_empty() {
+            heading(f, out, 3, "Duplicated contents")?;
+            let mut t = Table::new(&["content", "size", "copies", "wasted", "<when", "<held by", "<site"]);
+            for g in &x.duplicated {
+                let when = match g.until_s {
+                    Some(u) => format!("{:.3}-{:.3} s (transient)", g.from_s, u),
+                    None => format!("from {:.3} s to the end", g.from_s),
+                };
+                let holders: Vec<String> = g
+                    .holders
+                    .iter()
+                    .map(|h| {
+                        if h.copies > 1 {
+                            format!("{} (x{})", h.tag, h.copies)
+                        } else {
+                            h.tag.clone()
+                        }
+                    })
+                    .collect();
+                t.row(vec![
+                    g.hash.clone().unwrap_or_else(|| "suspected (site+size)".into()),
+                    bytes(g.size_bytes),
+                    g.copies.to_string(),
+                    bytes(g.wasted_bytes),
+                    when,
+                    holders.join(", "),
+                    g.site.clone(),
+                ]);
+            }
+            t.write(f, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// Renders `heaptag sites`.
+pub fn sites(s: &Sites, f: Format, out: &mut dyn Write) -> io::Result<()> {
+    if f == Format::Json {
+        return json(s, out);
+    }
+    heading(f, out, 1, "heaptag sites: where memory is allocated")?;
+    for sec in &s.sources {
+        source(f, out, &sec.source)?;
+        for (title, rows) in [
+            ("By peak live bytes", &sec.by_peak),
+            ("By bytes allocated", &sec.by_allocated),
+        ] {
+            heading(f, out, 3, title)?;
+            let mut t = Table::new(&["call site", "peak live", "allocated", "allocations", "<tags"]);
+            for r in rows {
+                let mut tags = r.tags.iter().take(3).cloned().collect::<Vec<_>>().join(", ");
+                if r.tags.len() > 3 {
+                    tags.push_str(&format!(" (+{})", r.tags.len() - 3));
+                }
+                t.row(vec![
+                    r.site.clone(),
+                    bytes(r.peak_live.bytes),
+                    bytes(r.allocated_bytes),
+                    r.allocations.to_string(),
+                    tags,
+                ]);
+            }
+            t.write(f, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// Renders `heaptag timeline` as a chart (text, markdown) or JSON.
+pub fn timeline(t: &Timeline, f: Format, out: &mut dyn Write) -> io::Result<()> {
+    if f == Format::Json {
+        return json(t, out);
+    }
+    heading(f, out, 1, "heaptag timeline: live bytes over time")?;
+    for s in &t.sources {
+        source(f, out, &s.source)?;
+        let width = 60;
+        let top = s.series.iter().map(|x| x.peak_bytes).max().unwrap_or(0).max(1);
+        if f == Format::Markdown {
+            writeln!(out, "```")?;
+        }
+        let end = s.times_s.last().copied().unwrap_or(0.0);
+        writeln!(out, "0 s {:>w$}", seconds(end), w = width + 28)?;
+        let label_w = s
+            .series
+            .iter()
+            .map(|x| x.key.chars().count())
+            .max()
+            .unwrap_or(4)
+            .clamp(4, 28);
+        for x in &s.series {
+            let bars: String = columns(&x.bytes, width)
+                .iter()
+                .map(|&b| if b == 0 { ' ' } else { BARS[((b * 7) / top) as usize] })
+                .collect();
+            let key: String = x.key.chars().take(label_w).collect();
+            writeln!(out, "{key:<label_w$} {bars} {}", bytes(x.peak_bytes))?;
+        }
+        if !s.rss_bytes.is_empty() {
+            let rtop = s.rss_bytes.iter().copied().max().unwrap_or(1).max(1);
+            let bars: String = columns(&s.rss_bytes, width)
+                .iter()
+                .map(|&b| BARS[((b * 7) / rtop) as usize])
+                .collect();
+            writeln!(out, "{:<label_w$} {bars} {}", "RSS", bytes(rtop))?;
+        }
+        if f == Format::Markdown {
+            writeln!(out, "```")?;
+        }
+        writeln!(
+            out,
+            "(each column is the maximum over its time span; bars scale to the largest series, RSS to itself)"
+        )?;
+    }
+    Ok(())
+}
+
+/// Writes `heaptag timeline --csv`: a time column, then one per key (bytes).
+pub fn timeline_csv(t: &Timeline, out: &mut dyn Write) -> io::Result<()> {
+    let quote = |s: &str| {
+        if s.contains([',', '"', '\n']) {
+            format!("\"{}\"", s.replace('"', "\"\""))
+        } else {
+            s.to_string()
+        }
+    };
+    for s in &t.sources {
+        let mut head = vec!["source".to_string(), "time_s".to_string(), "rss_bytes".to_string()];
+        head.extend(s.series.iter().map(|x| quote(&x.key)));
+        writeln!(out, "{}", head.join(","))?;
+        for (i, time) in s.times_s.iter().enumerate() {
+            let mut row = vec![
+                quote(&s.source.log),
+                format!("{time:.3}"),
+                s.rss_bytes.get(i).copied().unwrap_or(0).to_string(),
+            ];
+            row.extend(s.series.iter().map(|x| x.bytes[i].to_string()));
+            writeln!(out, "{}", row.join(","))?;
+        }
+    }
+    Ok(())
+}
