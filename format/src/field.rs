@@ -37,16 +37,33 @@ pub trait Field {
     fn get(d: &mut Deltas, c: &mut Cursor<'_>) -> Result<Self::Owned, DecodeError>;
 }
 
-/// Implements the borrow/own pair of a `Copy` field (owned = borrowed).
-macro_rules! copy_field {
-    () => {
-        #[inline]
-        fn borrow(v: &Self::Owned) -> Self::Ref<'_> {
-            *v
-        }
-        #[inline]
-        fn own(v: Self::Ref<'_>) -> Self::Owned {
-            v
+/// Defines a `Copy` field type: owned and borrowed forms are the value
+/// itself; `put` and `get` say how it is written and read.
+macro_rules! scalar {
+    (
+        $(#[doc = $doc:literal])*
+        $name:ident: $ty:ty, $enc:literal,
+        put($d:ident, $v:ident, $out:ident) $put:block
+        get($gd:ident, $c:ident) $get:block
+    ) => {
+        $(#[doc = $doc])*
+        pub struct $name;
+        impl Field for $name {
+            type Owned = $ty;
+            type Ref<'a> = $ty;
+            const ENCODING: &'static str = $enc;
+            #[inline]
+            fn borrow(v: &$ty) -> $ty {
+                *v
+            }
+            #[inline]
+            fn own(v: $ty) -> $ty {
+                v
+            }
+            #[inline]
+            fn put($d: &mut Deltas, $v: $ty, $out: &mut impl Sink) $put
+            #[inline]
+            fn get($gd: &mut Deltas, $c: &mut Cursor<'_>) -> Result<$ty, DecodeError> $get
         }
     };
 }
@@ -58,111 +75,152 @@ fn err(c: &Cursor<'_>, what: &'static str) -> DecodeError {
     }
 }
 
-/// Nanoseconds since the log's start: zigzag varint of the difference from
-/// the previous time in the frame.
-pub struct Time;
-impl Field for Time {
-    type Owned = u64;
-    type Ref<'a> = u64;
-    const ENCODING: &'static str = "time delta (zigzag varint)";
-    copy_field!();
-    #[inline]
-    fn put(d: &mut Deltas, v: u64, out: &mut impl Sink) {
-        put_varint(out, zigzag(v.wrapping_sub(d.time) as i64));
-        d.time = v;
-    }
-    #[inline]
-    fn get(d: &mut Deltas, c: &mut Cursor<'_>) -> Result<u64, DecodeError> {
-        d.time = d.time.wrapping_add(c.svarint()? as u64);
-        Ok(d.time)
+/// Writes `v` as a zigzag varint difference from `*prev`, and remembers it.
+#[inline]
+fn put_delta(prev: &mut u64, v: u64, out: &mut impl Sink) {
+    put_varint(out, zigzag(v.wrapping_sub(*prev) as i64));
+    *prev = v;
+}
+
+/// Reads a zigzag varint difference from `*prev`, and remembers the value.
+#[inline]
+fn get_delta(prev: &mut u64, c: &mut Cursor<'_>) -> Result<u64, DecodeError> {
+    *prev = prev.wrapping_add(c.svarint()? as u64);
+    Ok(*prev)
+}
+
+scalar! {
+    /// Nanoseconds since the log's start: zigzag varint of the difference
+    /// from the previous time in the frame.
+    Time: u64, "time delta (zigzag varint)",
+    put(d, v, out) { put_delta(&mut d.time, v, out) }
+    get(d, c) { get_delta(&mut d.time, c) }
+}
+
+scalar! {
+    /// An address: zigzag varint of the difference from the previous
+    /// address in the frame.
+    Addr: u64, "address delta (zigzag varint)",
+    put(d, v, out) { put_delta(&mut d.addr, v, out) }
+    get(d, c) { get_delta(&mut d.addr, c) }
+}
+
+scalar! {
+    /// An unsigned 64-bit value: LEB128 varint.
+    U64: u64, "varint",
+    put(_d, v, out) { put_varint(out, v) }
+    get(_d, c) { c.varint() }
+}
+
+scalar! {
+    /// An unsigned 32-bit value (an id, a count): varint that must fit 32 bits.
+    U32: u32, "varint (32 bits)",
+    put(_d, v, out) { put_varint(out, u64::from(v)) }
+    get(_d, c) { c.varint32() }
+}
+
+scalar! {
+    /// A signed 64-bit value: zigzag varint.
+    I64: i64, "zigzag varint",
+    put(_d, v, out) { put_varint(out, zigzag(v)) }
+    get(_d, c) { c.svarint() }
+}
+
+scalar! {
+    /// A signed 32-bit value: zigzag varint; a value outside 32 bits reads -1.
+    I32: i32, "zigzag varint (32 bits; wider reads -1)",
+    put(_d, v, out) { put_varint(out, zigzag(i64::from(v))) }
+    get(_d, c) { Ok(i32::try_from(c.svarint()?).unwrap_or(-1)) }
+}
+
+scalar! {
+    /// An optional 64-bit value: varint 0 for none, `v + 1` otherwise.
+    OptU64: Option<u64>, "optional varint (0: none, else v+1)",
+    put(_d, v, out) { put_opt(out, v) }
+    get(_d, c) { c.opt() }
+}
+
+scalar! {
+    /// An optional 32-bit value: as [`OptU64`], and it must fit 32 bits.
+    OptU32: Option<u32>, "optional varint (32 bits)",
+    put(_d, v, out) { put_opt(out, v.map(u64::from)) }
+    get(_d, c) {
+        match c.opt()? {
+            None => Ok(None),
+            Some(v) => u32::try_from(v).map(Some).map_err(|_| err(c, "value does not fit in 32 bits")),
+        }
     }
 }
 
-/// An address: zigzag varint of the difference from the previous address
-/// in the frame.
-pub struct Addr;
-impl Field for Addr {
-    type Owned = u64;
-    type Ref<'a> = u64;
-    const ENCODING: &'static str = "address delta (zigzag varint)";
-    copy_field!();
-    #[inline]
-    fn put(d: &mut Deltas, v: u64, out: &mut impl Sink) {
-        put_varint(out, zigzag(v.wrapping_sub(d.addr) as i64));
-        d.addr = v;
-    }
-    #[inline]
-    fn get(d: &mut Deltas, c: &mut Cursor<'_>) -> Result<u64, DecodeError> {
-        d.addr = d.addr.wrapping_add(c.svarint()? as u64);
-        Ok(d.addr)
+scalar! {
+    /// A 64-bit hash: 8 bytes, little-endian.
+    Hash64: u64, "u64 LE (8 bytes)",
+    put(_d, v, out) { out.put(&v.to_le_bytes()) }
+    get(_d, c) {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(c.raw(8)?);
+        Ok(u64::from_le_bytes(a))
     }
 }
 
-/// An unsigned 64-bit value: LEB128 varint.
-pub struct U64;
-impl Field for U64 {
-    type Owned = u64;
-    type Ref<'a> = u64;
-    const ENCODING: &'static str = "varint";
-    copy_field!();
-    #[inline]
-    fn put(_: &mut Deltas, v: u64, out: &mut impl Sink) {
-        put_varint(out, v);
+scalar! {
+    /// How a fingerprinted block is filled, whether it was hashed whole, and
+    /// when: two bytes, `fill | full << 2 | when << 3` (fill: 0 mixed, 1 zero,
+    /// 2 constant; when: 0 free, 1 mark, 2 finish), then the constant byte.
+    FpFlags: FpMeta, "2 bytes: fill | full << 2 | when << 3, then the fill byte",
+    put(_d, v, out) {
+        let when = match v.when {
+            FpWhen::Free => 0u8,
+            FpWhen::Mark => 1,
+            FpWhen::Finish => 2,
+        };
+        let (f, byte) = match v.fill {
+            Fill::Mixed => (0u8, 0u8),
+            Fill::Zero => (1, 0),
+            Fill::Constant(b) => (2, b),
+        };
+        out.put(&[f | (u8::from(v.full) << 2) | (when << 3), byte]);
     }
-    #[inline]
-    fn get(_: &mut Deltas, c: &mut Cursor<'_>) -> Result<u64, DecodeError> {
-        c.varint()
+    get(_d, c) {
+        let flags = c.u8()?;
+        let byte = c.u8()?;
+        let fill = match flags & 3 {
+            0 => Fill::Mixed,
+            1 => Fill::Zero,
+            2 => Fill::Constant(byte),
+            _ => return Err(err(c, "bad fill kind in fingerprint")),
+        };
+        let when = match flags >> 3 {
+            0 => FpWhen::Free,
+            1 => FpWhen::Mark,
+            2 => FpWhen::Finish,
+            _ => return Err(err(c, "bad moment in fingerprint")),
+        };
+        Ok(FpMeta {
+            fill,
+            full: flags & 4 != 0,
+            when,
+        })
     }
 }
 
-/// An unsigned 32-bit value (an id, a count): varint that must fit 32 bits.
-pub struct U32;
-impl Field for U32 {
-    type Owned = u32;
-    type Ref<'a> = u32;
-    const ENCODING: &'static str = "varint (32 bits)";
-    copy_field!();
-    #[inline]
-    fn put(_: &mut Deltas, v: u32, out: &mut impl Sink) {
+scalar! {
+    /// Filler: varint length, then that many zero bytes.
+    Zeros: u32, "varint length, then that many zero bytes",
+    put(_d, v, out) {
         put_varint(out, u64::from(v));
+        let zeros = [0u8; 64];
+        let mut left = v as usize;
+        while left > 0 {
+            let n = left.min(zeros.len());
+            out.put(&zeros[..n]);
+            left -= n;
+        }
     }
-    #[inline]
-    fn get(_: &mut Deltas, c: &mut Cursor<'_>) -> Result<u32, DecodeError> {
-        c.varint32()
-    }
-}
-
-/// A signed 64-bit value: zigzag varint.
-pub struct I64;
-impl Field for I64 {
-    type Owned = i64;
-    type Ref<'a> = i64;
-    const ENCODING: &'static str = "zigzag varint";
-    copy_field!();
-    #[inline]
-    fn put(_: &mut Deltas, v: i64, out: &mut impl Sink) {
-        put_varint(out, zigzag(v));
-    }
-    #[inline]
-    fn get(_: &mut Deltas, c: &mut Cursor<'_>) -> Result<i64, DecodeError> {
-        c.svarint()
-    }
-}
-
-/// A signed 32-bit value: zigzag varint; a value outside 32 bits reads -1.
-pub struct I32;
-impl Field for I32 {
-    type Owned = i32;
-    type Ref<'a> = i32;
-    const ENCODING: &'static str = "zigzag varint (32 bits; wider reads -1)";
-    copy_field!();
-    #[inline]
-    fn put(_: &mut Deltas, v: i32, out: &mut impl Sink) {
-        put_varint(out, zigzag(i64::from(v)));
-    }
-    #[inline]
-    fn get(_: &mut Deltas, c: &mut Cursor<'_>) -> Result<i32, DecodeError> {
-        Ok(i32::try_from(c.svarint()?).unwrap_or(-1))
+    get(_d, c) {
+        let len = c.varint32()?;
+        c.raw(len as usize)?;
+        Ok(len)
     }
 }
 
@@ -184,41 +242,6 @@ impl Field for Str {
     }
     fn get(_: &mut Deltas, c: &mut Cursor<'_>) -> Result<String, DecodeError> {
         c.string()
-    }
-}
-
-/// An optional 64-bit value: varint 0 for none, `v + 1` otherwise.
-pub struct OptU64;
-impl Field for OptU64 {
-    type Owned = Option<u64>;
-    type Ref<'a> = Option<u64>;
-    const ENCODING: &'static str = "optional varint (0: none, else v+1)";
-    copy_field!();
-    fn put(_: &mut Deltas, v: Option<u64>, out: &mut impl Sink) {
-        put_opt(out, v);
-    }
-    fn get(_: &mut Deltas, c: &mut Cursor<'_>) -> Result<Option<u64>, DecodeError> {
-        c.opt()
-    }
-}
-
-/// An optional 32-bit value: as [`OptU64`], and it must fit 32 bits.
-pub struct OptU32;
-impl Field for OptU32 {
-    type Owned = Option<u32>;
-    type Ref<'a> = Option<u32>;
-    const ENCODING: &'static str = "optional varint (32 bits)";
-    copy_field!();
-    fn put(_: &mut Deltas, v: Option<u32>, out: &mut impl Sink) {
-        put_opt(out, v.map(u64::from));
-    }
-    fn get(_: &mut Deltas, c: &mut Cursor<'_>) -> Result<Option<u32>, DecodeError> {
-        match c.opt()? {
-            None => Ok(None),
-            Some(v) => u32::try_from(v)
-                .map(Some)
-                .map_err(|_| err(c, "value does not fit in 32 bits")),
-        }
     }
 }
 
@@ -345,92 +368,5 @@ impl Field for TagCounts {
             });
         }
         Ok(tags)
-    }
-}
-
-/// A 64-bit hash: 8 bytes, little-endian.
-pub struct Hash64;
-impl Field for Hash64 {
-    type Owned = u64;
-    type Ref<'a> = u64;
-    const ENCODING: &'static str = "u64 LE (8 bytes)";
-    copy_field!();
-    fn put(_: &mut Deltas, v: u64, out: &mut impl Sink) {
-        out.put(&v.to_le_bytes());
-    }
-    fn get(_: &mut Deltas, c: &mut Cursor<'_>) -> Result<u64, DecodeError> {
-        let b = c.raw(8)?;
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        Ok(u64::from_le_bytes(a))
-    }
-}
-
-/// How a fingerprinted block is filled, whether it was hashed whole, and
-/// when: two bytes, `fill | full << 2 | when << 3` (fill: 0 mixed, 1 zero,
-/// 2 constant; when: 0 free, 1 mark, 2 finish), then the constant byte.
-pub struct FpFlags;
-impl Field for FpFlags {
-    type Owned = FpMeta;
-    type Ref<'a> = FpMeta;
-    const ENCODING: &'static str = "2 bytes: fill | full << 2 | when << 3, then the fill byte";
-    copy_field!();
-    fn put(_: &mut Deltas, v: FpMeta, out: &mut impl Sink) {
-        let when = match v.when {
-            FpWhen::Free => 0u8,
-            FpWhen::Mark => 1,
-            FpWhen::Finish => 2,
-        };
-        let (f, byte) = match v.fill {
-            Fill::Mixed => (0u8, 0u8),
-            Fill::Zero => (1, 0),
-            Fill::Constant(b) => (2, b),
-        };
-        out.put(&[f | (u8::from(v.full) << 2) | (when << 3), byte]);
-    }
-    fn get(_: &mut Deltas, c: &mut Cursor<'_>) -> Result<FpMeta, DecodeError> {
-        let flags = c.u8()?;
-        let byte = c.u8()?;
-        let fill = match flags & 3 {
-            0 => Fill::Mixed,
-            1 => Fill::Zero,
-            2 => Fill::Constant(byte),
-            _ => return Err(err(c, "bad fill kind in fingerprint")),
-        };
-        let when = match flags >> 3 {
-            0 => FpWhen::Free,
-            1 => FpWhen::Mark,
-            2 => FpWhen::Finish,
-            _ => return Err(err(c, "bad moment in fingerprint")),
-        };
-        Ok(FpMeta {
-            fill,
-            full: flags & 4 != 0,
-            when,
-        })
-    }
-}
-
-/// Filler: varint length, then that many zero bytes.
-pub struct Zeros;
-impl Field for Zeros {
-    type Owned = u32;
-    type Ref<'a> = u32;
-    const ENCODING: &'static str = "varint length, then that many zero bytes";
-    copy_field!();
-    fn put(_: &mut Deltas, v: u32, out: &mut impl Sink) {
-        put_varint(out, u64::from(v));
-        let zeros = [0u8; 64];
-        let mut left = v as usize;
-        while left > 0 {
-            let n = left.min(zeros.len());
-            out.put(&zeros[..n]);
-            left -= n;
-        }
-    }
-    fn get(_: &mut Deltas, c: &mut Cursor<'_>) -> Result<u32, DecodeError> {
-        let len = c.varint32()?;
-        c.raw(len as usize)?;
-        Ok(len)
     }
 }

@@ -21,16 +21,16 @@ mod frame;
 pub mod hash;
 mod header;
 pub mod procfs;
+mod reader;
 mod record;
 mod schema;
 pub mod units;
 
 pub use codec::Sink;
 pub use field::Deltas;
-pub use frame::{
-    write_frame, FrameEncoder, LogReader, Problem, ProblemKind, FRAME_HEADER_LEN, FRAME_HEADER_LEN_V1, MAX_FRAME, SYNC,
-};
+pub use frame::{write_frame, FrameEncoder, FRAME_HEADER_LEN, FRAME_HEADER_LEN_V1, MAX_FRAME, SYNC};
 pub use header::{Header, LogSettings, Module, COMPAT, MAGIC, VERSION};
+pub use reader::{LogReader, Problem, ProblemKind};
 pub use record::{kinds_markdown, Decoded, Event, FieldDoc, Fill, FpMeta, FpWhen, Kind, Record, RecordRef, TagCount};
 pub use units::{parse_duration, parse_size};
 
