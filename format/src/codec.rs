@@ -144,7 +144,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Reads one byte.
-    #[inline]
+    #[inline(always)]
     pub fn u8(&mut self) -> Result<u8, DecodeError> {
         let b = *self
             .buf
@@ -155,7 +155,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Reads a varint.
-    #[inline]
+    #[inline(always)]
     pub fn varint(&mut self) -> Result<u64, DecodeError> {
         // Most values fit in one byte.
         if let Some(&b) = self.buf.get(self.pos) {
@@ -188,7 +188,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Reads a varint that must fit in a `u32`.
-    #[inline]
+    #[inline(always)]
     pub fn varint32(&mut self) -> Result<u32, DecodeError> {
         let at = self.offset();
         u32::try_from(self.varint()?).map_err(|_| DecodeError {
@@ -198,7 +198,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Reads a zigzag varint.
-    #[inline]
+    #[inline(always)]
     pub fn svarint(&mut self) -> Result<i64, DecodeError> {
         Ok(unzigzag(self.varint()?))
     }
@@ -245,6 +245,7 @@ impl<'a> Cursor<'a> {
     }
 
     /// Reads `n` raw bytes.
+    #[inline]
     pub fn raw(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         if n > self.buf.len() - self.pos {
             return Err(self.err("unexpected end of data"));

@@ -397,17 +397,18 @@ impl Record {
     /// is an error (the rest of the frame cannot be found). From version 2
     /// the body's length comes first: an unknown kind is skipped, and bytes
     /// after the known fields are ignored.
-    #[inline]
+    #[inline(always)]
     pub fn decode(d: &mut Deltas, c: &mut Cursor<'_>, version: u16) -> Result<Decoded, DecodeError> {
         let at = c.offset();
         let code = c.u8()?;
-        let kind = Kind::from_code(code);
         if version < 2 {
-            let kind = kind.ok_or(DecodeError {
-                offset: at,
-                what: "unknown record kind",
-            })?;
-            return Record::decode_body(kind, d, c).map(Decoded::Record);
+            return match Record::decode_body(code, d, c)? {
+                Some(r) => Ok(Decoded::Record(r)),
+                None => Err(DecodeError {
+                    offset: at,
+                    what: "unknown record kind",
+                }),
+            };
         }
         let len = usize::try_from(c.varint()?).unwrap_or(usize::MAX);
         if len > c.remaining() {
@@ -417,14 +418,15 @@ impl Record {
             });
         }
         let mut body = c.take(len)?;
-        match kind {
-            Some(kind) => Record::decode_body(kind, d, &mut body).map(Decoded::Record),
-            None => Ok(Decoded::Unknown { code, len }),
-        }
+        Ok(match Record::decode_body(code, d, &mut body)? {
+            Some(r) => Decoded::Record(r),
+            None => Decoded::Unknown { code, len },
+        })
     }
 
     /// True for the records that describe one allocator event (the ones the
     /// bytes-per-event figure counts).
+    #[inline]
     pub fn is_event(&self) -> bool {
         self.kind().is_event()
     }
@@ -433,6 +435,7 @@ impl Record {
 impl Kind {
     /// True for the kinds that describe one allocator event (the ones the
     /// bytes-per-event figure counts): ring events other than fingerprints.
+    #[inline]
     pub fn is_event(self) -> bool {
         self.is_ring_event() && self != Kind::Fingerprint
     }

@@ -107,6 +107,7 @@ macro_rules! records {
 
             /// The kind's name (`snake_case`), as `heaptag dump` and
             /// `docs/FORMAT.md` show it.
+            #[inline]
             pub fn name(self) -> &'static str {
                 match self {
                     $( Kind::$ekind => $ename, )*
@@ -123,6 +124,7 @@ macro_rules! records {
             }
 
             /// True for kinds the allocator's ring carries as an [`Event`].
+            #[inline]
             pub fn is_ring_event(self) -> bool {
                 match self {
                     $( Kind::$ekind => true, )*
@@ -149,6 +151,7 @@ macro_rules! records {
 
         impl Record {
             /// The record's kind.
+            #[inline]
             pub fn kind(&self) -> Kind {
                 match self {
                     $( Record::$ekind { .. } => Kind::$ekind, )*
@@ -157,6 +160,7 @@ macro_rules! records {
             }
 
             /// The borrowed form of this record.
+            #[inline]
             pub fn borrowed(&self) -> RecordRef<'_> {
                 match self {
                     $( Record::$ekind { $($efield),* } =>
@@ -166,20 +170,23 @@ macro_rules! records {
                 }
             }
 
-            /// Reads the body of a record of kind `kind` from `c`.
-            #[inline]
-            pub(crate) fn decode_body(kind: Kind, d: &mut Deltas, c: &mut Cursor<'_>) -> Result<Record, DecodeError> {
+            /// Reads the body of a record of kind `code` from `c`; `None`
+            /// for a code this version does not know.
+            #[inline(always)]
+            pub(crate) fn decode_body(code: u8, d: &mut Deltas, c: &mut Cursor<'_>) -> Result<Option<Record>, DecodeError> {
                 // Struct expressions evaluate their fields in the order
                 // written, which is the table's (the encoding) order.
-                Ok(match kind {
-                    $( Kind::$ekind => Record::$ekind { $( $efield: <$eenc as Field>::get(d, c)?, )* }, )*
-                    $( Kind::$rkind => Record::$rkind { $( $rfield: <$renc as Field>::get(d, c)?, )* }, )*
-                })
+                Ok(Some(match code {
+                    $( $ecode => Record::$ekind { $( $efield: <$eenc as Field>::get(d, c)?, )* }, )*
+                    $( $rcode => Record::$rkind { $( $rfield: <$renc as Field>::get(d, c)?, )* }, )*
+                    _ => return Ok(None),
+                }))
             }
         }
 
         impl RecordRef<'_> {
             /// The record's kind.
+            #[inline]
             pub fn kind(&self) -> Kind {
                 match self {
                     $( RecordRef::$ekind { .. } => Kind::$ekind, )*
@@ -209,6 +216,7 @@ macro_rules! records {
 
         impl Event {
             /// The event's kind.
+            #[inline]
             pub fn kind(&self) -> Kind {
                 match self {
                     $( Event::$ekind { .. } => Kind::$ekind, )*
