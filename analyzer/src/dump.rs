@@ -16,7 +16,7 @@ pub fn dump(path: &Path, records: bool, out: &mut dyn Write) -> Result<(), Error
         path: path.to_path_buf(),
         source,
     })?;
-    let h = r.header().clone();
+    let h = crate::text::printable_header(r.header().clone());
     let w = |out: &mut dyn Write, s: String| writeln!(out, "{s}").map_err(Error::Output);
     w(out, format!("log:        {}", path.display()))?;
     w(

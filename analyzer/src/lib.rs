@@ -20,6 +20,7 @@ pub mod render;
 pub mod report;
 pub mod sites;
 pub mod symbolize;
+pub mod text;
 pub mod units;
 pub mod watch;
 

@@ -50,6 +50,7 @@ pub fn site_name(m: &Model, stack: u32) -> String {
         if let Some(module) = m.header.modules.iter().find(|md| md.start <= f && f < md.end) {
             if &module.path == exe {
                 let name = module.path.rsplit('/').next().unwrap_or(&module.path);
+                let name = crate::text::printable(name.to_owned());
                 return format!("{name}+{:#x}", f - module.start + module.file_offset);
             }
         }

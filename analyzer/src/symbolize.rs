@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use object::{Object, ObjectSegment};
 
 use crate::model::{Model, Sym};
+use crate::text::printable;
 
 /// The symbolization step, after loading: a log cut short has no Symbol
 /// records, so its frames are named from the binaries here (the modules that
@@ -98,6 +99,8 @@ pub fn fill_missing(m: &mut Model) -> (usize, Vec<String>) {
                 }
             }
             if !sym.function.is_empty() {
+                sym.function = printable(sym.function);
+                sym.file = printable(sym.file);
                 m.symbols.insert(a, sym);
                 resolved += 1;
             }

@@ -5,8 +5,11 @@ use std::io::{self, Write};
 use super::CheckReport;
 use crate::render::Format;
 
+/// XML text: control characters (which XML 1.0 forbids even as character
+/// references) made visible first, then the markup characters escaped.
 fn xml(s: &str) -> String {
-    s.replace('&', "&amp;")
+    crate::text::printable(s.to_owned())
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")

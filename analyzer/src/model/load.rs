@@ -8,6 +8,7 @@ use std::time::Instant;
 use heaptag_format::LogReader;
 
 use super::Model;
+use crate::text::printable_header;
 use crate::Error;
 
 /// Shows reading progress on stderr when it is a terminal.
@@ -63,7 +64,7 @@ impl Model {
         })?;
         let mut m = Model {
             path: path.to_path_buf(),
-            header: r.header().clone(),
+            header: printable_header(r.header().clone()),
             want_intervals,
             ..Model::default()
         };

@@ -4,6 +4,7 @@
 use heaptag_format::Record;
 
 use super::{Block, Composition, Fp, Interval, Model, ProcAcc, Sample, SiteAcc, Sym, TagAcc, TagKey};
+use crate::text::printable;
 
 /// Ids beyond this share one overflow slot (a damaged but checksummed log
 /// must not make the analyzer allocate gigabytes).
@@ -116,6 +117,7 @@ impl Model {
                 stage,
                 partition,
             } => {
+                let stage = stage.map(printable);
                 self.tags.insert(id, TagKey { job, stage, partition });
             }
             Record::StackDef { id, frames } => {
@@ -127,6 +129,7 @@ impl Model {
                 file,
                 line,
             } => {
+                let (function, file) = (printable(function), printable(file));
                 self.symbols.insert(addr, Sym { function, file, line });
             }
             Record::Alloc {
@@ -251,7 +254,7 @@ impl Model {
             }
             Record::Mark { time_ns, label } => {
                 let t = self.time(time_ns);
-                self.marks.push((t, label));
+                self.marks.push((t, printable(label)));
             }
             Record::Counters { time_ns, tags } => {
                 self.time(time_ns);
@@ -340,7 +343,7 @@ impl Model {
                     self.procs.push(ProcAcc {
                         pid,
                         ppid,
-                        cmdline,
+                        cmdline: printable(cmdline),
                         ..ProcAcc::default()
                     });
                 }
