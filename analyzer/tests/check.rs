@@ -226,3 +226,18 @@ fn junit_and_markdown_and_json_outputs() {
     assert_eq!(v["outcomes"][1]["limit"], "max_rss");
     assert_eq!(v["outcomes"][1]["line"], 6);
 }
+
+/// Issue 13: limits of 2^63 bytes and more compare as the numbers they are
+/// (a signed cast made `max_outside_jemalloc` fail every log).
+#[test]
+fn limits_of_two_to_the_63_and_more_pass() {
+    let log = prover();
+    for limit in ["\"9223372036854775808\"", "\"18446744073709551615\"", "\"16777215 TiB\""] {
+        for key in ["max_outside_jemalloc", "max_rss", "max_unattributed", "max_peak"] {
+            let p = policy("huge", &format!("[[rule]]\n{key} = {limit}\n"));
+            let (code, out, err) = check(&p, &[&log], &[]);
+            assert_eq!(code, 0, "{key} = {limit}: {out}{err}");
+            assert!(out.contains("passed: 0 of 1 checks failed"), "{out}");
+        }
+    }
+}

@@ -296,21 +296,21 @@ fn evaluate(
             (bytes(max), peak.map_or("not sampled".into(), |p| bytes(p.0)), v <= max)
         }
         Limit::MaxOutsideJemalloc(max) => {
+            // RSS - jemalloc resident, never below 0 (resident may count
+            // pages not yet touched); u64 throughout, so a limit of 2^63 or
+            // more compares as the number it is.
             let v = m
                 .rss_peak
                 .as_ref()
-                .and_then(|c| Some(c.rss? as i64 - c.jemalloc?.1 as i64));
-            if let Some(v) = v.filter(|&v| v > max as i64) {
+                .and_then(|c| Some(c.rss?.saturating_sub(c.jemalloc?.1)));
+            if let Some(v) = v.filter(|&v| v > max) {
                 offenders.push(format!(
                     "{} of the RSS peak was outside jemalloc (C/C++ malloc, mmaps, pinned buffers, stacks)",
-                    bytes(v as u64)
+                    bytes(v)
                 ));
             }
-            let found = v.map_or_else(
-                || "n/a (no jemalloc statistics in this log)".into(),
-                |v| bytes(v.max(0) as u64),
-            );
-            (bytes(max), found, v.is_none_or(|v| v <= max as i64))
+            let found = v.map_or_else(|| "n/a (no jemalloc statistics in this log)".into(), bytes);
+            (bytes(max), found, v.is_none_or(|v| v <= max))
         }
         Limit::MaxUnattributed(max) => {
             let untagged: Vec<u32> = m

@@ -22,7 +22,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use toml::Spanned;
+use toml::{Spanned, Value};
+
+mod value;
 
 /// A policy that could not be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,40 +55,37 @@ impl fmt::Display for PolicyError {
 
 impl std::error::Error for PolicyError {}
 
-/// A glob, or a number for job and partition.
-#[derive(Deserialize, Debug, Clone)]
-#[serde(untagged)]
-enum PatternValue {
-    Text(String),
-    Number(i64),
-}
-
+/// A rule as written: every value is read as TOML first and typed by
+/// `value.rs`, so a wrong type gets a message that names its key.
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
 struct RuleSpec {
-    name: Option<String>,
-    job: Option<Spanned<PatternValue>>,
-    stage: Option<Spanned<String>>,
-    partition: Option<Spanned<PatternValue>>,
-    site: Option<Spanned<String>>,
-    max_copies: Option<Spanned<i64>>,
-    max_peak: Option<Spanned<String>>,
-    per: Option<Spanned<String>>,
-    max_rss: Option<Spanned<String>>,
-    max_outside_jemalloc: Option<Spanned<String>>,
-    max_unattributed: Option<Spanned<String>>,
-    max_dropped_events: Option<Spanned<i64>>,
-    max_increase: Option<Spanned<String>>,
+    name: Option<Spanned<Value>>,
+    job: Option<Spanned<Value>>,
+    stage: Option<Spanned<Value>>,
+    partition: Option<Spanned<Value>>,
+    site: Option<Spanned<Value>>,
+    max_copies: Option<Spanned<Value>>,
+    max_peak: Option<Spanned<Value>>,
+    per: Option<Spanned<Value>>,
+    max_rss: Option<Spanned<Value>>,
+    max_outside_jemalloc: Option<Spanned<Value>>,
+    max_unattributed: Option<Spanned<Value>>,
+    max_dropped_events: Option<Spanned<Value>>,
+    max_increase: Option<Spanned<Value>>,
 }
 
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
 struct PolicySpec {
-    #[serde(default)]
-    strict: bool,
+    strict: Option<Spanned<Value>>,
     #[serde(default)]
     rule: Vec<Spanned<RuleSpec>>,
 }
+
+/// Largest policy file read: a policy is a few dozen lines; anything much
+/// larger (or endless, such as `/dev/zero`) is not one.
+const MAX_POLICY_BYTES: u64 = 1 << 20;
 
 /// Which tags (and call sites) a rule is about. A missing pattern selects
 /// everything; a pattern never matches a tag that lacks that dimension,
@@ -221,12 +220,13 @@ impl Policy {
 
     /// Reads and checks the policy at `path`.
     pub fn load(path: &Path) -> Result<Policy, PolicyError> {
-        let text = std::fs::read_to_string(path).map_err(|e| PolicyError {
+        let fail = |message: String| PolicyError {
             file: path.to_path_buf(),
             line: 0,
             key: None,
-            message: format!("cannot read the policy: {e}"),
-        })?;
+            message,
+        };
+        let text = read_bounded(path).map_err(|e| fail(format!("cannot read the policy: {e}")))?;
         Policy::parse(path, &text)
     }
 
@@ -248,61 +248,44 @@ impl Policy {
                 .map(str::to_owned);
             err(e.span(), key.as_deref(), msg)
         })?;
+        let strict = match &spec.strict {
+            None => false,
+            Some(v) => match v.get_ref() {
+                Value::Boolean(b) => *b,
+                _ => return Err(err(Some(v.span()), Some("strict"), "expected true or false".into())),
+            },
+        };
         let mut rules = Vec::new();
         for r in spec.rule {
             let line = line_of(text, r.span().start);
             let r = r.into_inner();
-            let glob = |key: &str, v: &Option<Spanned<String>>| -> Result<Option<glob::Pattern>, PolicyError> {
-                match v {
-                    None => Ok(None),
-                    Some(s) => glob::Pattern::new(s.get_ref())
-                        .map(Some)
-                        .map_err(|e| err(Some(s.span()), Some(key), format!("bad glob {:?}: {e}", s.get_ref()))),
-                }
+            // A value of the wrong type or range, as a policy error.
+            let typed = |b: value::Bad| err(Some(b.span), Some(b.key), b.message);
+            let opt = |key: &'static str,
+                       v: &Option<Spanned<Value>>,
+                       f: fn(&'static str, &Spanned<Value>) -> Result<String, value::Bad>|
+             -> Result<Option<(String, std::ops::Range<usize>)>, PolicyError> {
+                v.as_ref()
+                    .map(|v| f(key, v).map(|s| (s, v.span())).map_err(typed))
+                    .transpose()
             };
-            let glob_num =
-                |key: &str, v: &Option<Spanned<PatternValue>>| -> Result<Option<glob::Pattern>, PolicyError> {
-                    match v {
-                        None => Ok(None),
-                        Some(s) => {
-                            let text = match s.get_ref() {
-                                PatternValue::Text(t) => t.clone(),
-                                PatternValue::Number(n) => n.to_string(),
-                            };
-                            glob::Pattern::new(&text)
-                                .map(Some)
-                                .map_err(|e| err(Some(s.span()), Some(key), format!("bad glob {text:?}: {e}")))
-                        }
-                    }
-                };
+            let glob = |key: &'static str, v: Option<(String, std::ops::Range<usize>)>| {
+                v.map(|(text, span)| {
+                    glob::Pattern::new(&text).map_err(|e| err(Some(span), Some(key), format!("bad glob {text:?}: {e}")))
+                })
+                .transpose()
+            };
             let selector = Selector {
-                job: glob_num("job", &r.job)?,
-                stage: glob("stage", &r.stage)?,
-                partition: glob_num("partition", &r.partition)?,
-                site: glob("site", &r.site)?,
+                job: glob("job", opt("job", &r.job, value::pattern)?)?,
+                stage: glob("stage", opt("stage", &r.stage, value::string)?)?,
+                partition: glob("partition", opt("partition", &r.partition, value::pattern)?)?,
+                site: glob("site", opt("site", &r.site, value::string)?)?,
             };
-            let size = |key: &str, v: &Option<Spanned<String>>| -> Result<Option<u64>, PolicyError> {
-                match v {
-                    None => Ok(None),
-                    Some(s) => parse_size(s.get_ref()).map(Some).ok_or_else(|| {
-                        err(
-                            Some(s.span()),
-                            Some(key),
-                            format!(
-                                "{:?} is not a size: use a number of bytes or KiB, MiB, GiB, TiB (e.g. \"30 GiB\")",
-                                s.get_ref()
-                            ),
-                        )
-                    }),
-                }
+            let size = |key: &'static str, v: &Option<Spanned<Value>>| {
+                v.as_ref().map(|v| value::size(key, v)).transpose().map_err(typed)
             };
-            let count = |key: &str, v: &Option<Spanned<i64>>| -> Result<Option<u64>, PolicyError> {
-                match v {
-                    None => Ok(None),
-                    Some(s) => u64::try_from(*s.get_ref())
-                        .map(Some)
-                        .map_err(|_| err(Some(s.span()), Some(key), "must be 0 or more".into())),
-                }
+            let count = |key: &'static str, v: &Option<Spanned<Value>>| {
+                v.as_ref().map(|v| value::count(key, v)).transpose().map_err(typed)
             };
             let mut limits = Vec::new();
             if let Some(n) = count("max_copies", &r.max_copies)? {
@@ -315,14 +298,14 @@ impl Policy {
                 }
                 limits.push(Limit::MaxCopies(n));
             }
-            let per = match &r.per {
+            let per = match opt("per", &r.per, value::string)? {
                 None => Per::Tag,
-                Some(s) => match s.get_ref().as_str() {
+                Some((p, span)) => match p.as_str() {
                     "tag" => Per::Tag,
                     "group" => Per::Group,
                     other => {
                         return Err(err(
-                            Some(s.span()),
+                            Some(span),
                             Some("per"),
                             format!("{other:?}: expected \"tag\" or \"group\""),
                         ))
@@ -351,20 +334,8 @@ impl Policy {
             if let Some(n) = count("max_dropped_events", &r.max_dropped_events)? {
                 limits.push(Limit::MaxDroppedEvents(n));
             }
-            if let Some(s) = &r.max_increase {
-                let t = s.get_ref().trim();
-                let pct = t
-                    .strip_suffix('%')
-                    .and_then(|n| n.trim().parse::<f64>().ok())
-                    .filter(|p| p.is_finite() && *p >= 0.0)
-                    .ok_or_else(|| {
-                        err(
-                            Some(s.span()),
-                            Some("max_increase"),
-                            format!("{t:?}: expected a percentage such as \"10%\""),
-                        )
-                    })?;
-                limits.push(Limit::MaxIncrease(pct));
+            if let Some(v) = &r.max_increase {
+                limits.push(Limit::MaxIncrease(value::percent("max_increase", v).map_err(typed)?));
             }
             if limits.is_empty() {
                 return Err(err(
@@ -375,7 +346,7 @@ impl Policy {
                         .into(),
                 ));
             }
-            let name = r.name.unwrap_or_else(|| {
+            let name = opt("name", &r.name, value::string)?.map(|(n, _)| n).unwrap_or_else(|| {
                 let keys: Vec<&str> = limits.iter().map(Limit::key).collect();
                 format!("rule at line {line} ({})", keys.join(", "))
             });
@@ -391,10 +362,34 @@ impl Policy {
         }
         Ok(Policy {
             file: path.to_path_buf(),
-            strict: spec.strict,
+            strict,
             rules,
         })
     }
+}
+
+/// Reads a regular file of at most [`MAX_POLICY_BYTES`], without blocking on
+/// a FIFO or reading a device forever.
+fn read_bounded(path: &Path) -> std::io::Result<String> {
+    use std::io::{Error, ErrorKind, Read};
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
+    }
+    if meta.len() > MAX_POLICY_BYTES {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!("{} bytes; a policy is at most {MAX_POLICY_BYTES} bytes", meta.len()),
+        ));
+    }
+    let mut text = String::new();
+    file.take(MAX_POLICY_BYTES + 1).read_to_string(&mut text)?;
+    Ok(text)
 }
 
 fn line_span(text: &str, line: usize) -> std::ops::Range<usize> {
@@ -407,64 +402,4 @@ fn line_span(text: &str, line: usize) -> std::ops::Range<usize> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(text: &str) -> Result<Policy, PolicyError> {
-        Policy::parse(Path::new("heaptag.toml"), text)
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("30 GiB"), Some(30 << 30));
-        assert_eq!(parse_size("1.5GiB"), Some(3 << 29));
-        assert_eq!(parse_size("64K"), Some(65536));
-        assert_eq!(parse_size("1000"), Some(1000));
-        assert_eq!(parse_size("30 GB"), None);
-        assert_eq!(parse_size("lots"), None);
-        assert_eq!(parse_size("-1 GiB"), None);
-    }
-
-    #[test]
-    fn a_policy_parses_with_lines() {
-        let p = parse(
-            "strict = true\n\n[[rule]]\nname = \"shared\"\nstage = \"pce_*\"\nmax_copies = 1\n\n[[rule]]\njob = 7\nmax_peak = \"30 GiB\"\nper = \"group\"\n",
-        )
-        .unwrap();
-        assert!(p.strict);
-        assert_eq!(p.rules.len(), 2);
-        assert_eq!((p.rules[0].name.as_str(), p.rules[0].line), ("shared", 3));
-        assert_eq!(p.rules[0].limits, vec![Limit::MaxCopies(1)]);
-        assert_eq!(p.rules[1].line, 8);
-        assert_eq!(p.rules[1].limits, vec![Limit::MaxPeak(30 << 30, Per::Group)]);
-        assert_eq!(p.rules[1].selector.job.as_ref().unwrap().as_str(), "7");
-    }
-
-    #[test]
-    fn errors_name_file_line_and_key() {
-        let e = parse("[[rule]]\nstage = \"x\"\nmax_peek = \"1 GiB\"\n").unwrap_err();
-        assert_eq!((e.line, e.key.as_deref()), (3, Some("max_peek")), "{e}");
-        assert!(
-            e.to_string().starts_with("heaptag.toml:3: max_peek: unknown field"),
-            "{e}"
-        );
-
-        let e = parse("[[rule]]\nmax_peak = \"30 GB\"\n").unwrap_err();
-        assert_eq!((e.line, e.key.as_deref()), (2, Some("max_peak")), "{e}");
-        assert!(e.message.contains("not a size"), "{e}");
-
-        let e = parse("[[rule]]\n\nstage = \"[oops\"\nmax_copies = 1\n").unwrap_err();
-        assert_eq!((e.line, e.key.as_deref()), (3, Some("stage")), "{e}");
-        assert!(e.message.contains("bad glob"), "{e}");
-
-        let e = parse("[[rule]]\nstage = \"x\"\n").unwrap_err();
-        assert_eq!(e.line, 1, "{e}");
-        assert!(e.message.contains("sets no limit"), "{e}");
-
-        let e = parse("[[rule]]\nmax_increase = \"ten\"\n").unwrap_err();
-        assert_eq!(e.key.as_deref(), Some("max_increase"), "{e}");
-
-        let e = parse("strict = \"yes\"\n").unwrap_err();
-        assert_eq!(e.line, 1, "{e}");
-    }
-}
+mod tests;
