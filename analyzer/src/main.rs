@@ -86,8 +86,9 @@ enum Cmd {
         /// What to group tags by.
         #[arg(long, value_enum, default_value = "stage")]
         by: By,
-        /// Write CSV (time, RSS, one column per key) instead of a chart.
-        #[arg(long)]
+        /// Write CSV (time, RSS, one column per key) instead of a chart
+        /// (not with --format: CSV is its own format).
+        #[arg(long, conflicts_with = "format")]
         csv: bool,
     },
     /// Enforce a policy (heaptag.toml): exit 1 when any rule is broken,

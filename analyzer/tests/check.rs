@@ -232,7 +232,11 @@ fn junit_and_markdown_and_json_outputs() {
 #[test]
 fn limits_of_two_to_the_63_and_more_pass() {
     let log = prover();
-    for limit in ["\"9223372036854775808\"", "\"18446744073709551615\"", "\"16777215 TiB\""] {
+    for limit in [
+        "\"9223372036854775808\"",
+        "\"18446744073709551615\"",
+        "\"16777215 TiB\"",
+    ] {
         for key in ["max_outside_jemalloc", "max_rss", "max_unattributed", "max_peak"] {
             let p = policy("huge", &format!("[[rule]]\n{key} = {limit}\n"));
             let (code, out, err) = check(&p, &[&log], &[]);

@@ -102,3 +102,52 @@ fn closed_stdout_is_not_an_error() {
     drop(child.stdout.take()); // the reader goes away at once
     assert!(child.wait().unwrap().success());
 }
+
+/// A stdout whose reader is already gone: every write fails with EPIPE.
+fn closed_pipe() -> std::process::Stdio {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe(2) writes.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both descriptors were just created and are owned here alone.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    std::process::Stdio::from(write)
+}
+
+/// A reader that stops early (`| head`) is not an error, whatever the
+/// output format: exit 0 and nothing on stderr (issue 13: the JSON renderer
+/// lost the broken pipe's kind and printed an error).
+#[test]
+fn a_closed_pipe_is_success_in_every_format() {
+    let log = common::temp("pipe");
+    common::prover_log(&log);
+    for args in [
+        vec!["report", "--format", "json"],
+        vec!["report"],
+        vec!["dups", "--format", "markdown"],
+        vec!["timeline", "--csv"],
+        vec!["dump"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_heaptag"))
+            .args(&args)
+            .arg(&log)
+            .stdout(closed_pipe())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{args:?}");
+    }
+}
+
+/// `--csv` is its own format: asking for another one too is a usage error,
+/// not silently ignored.
+#[test]
+fn timeline_csv_and_format_conflict() {
+    let log = common::temp("csv-format");
+    common::prover_log(&log);
+    let (code, stdout, stderr) =
+        common::heaptag(&["timeline", "--csv", "--format", "json", log.to_str().unwrap()], &[]);
+    assert_eq!(code, 2, "{stdout}");
+    assert!(stderr.contains("'--csv' cannot be used with '--format"), "{stderr}");
+}

@@ -84,6 +84,11 @@ pub(crate) fn at(a: &crate::report::At) -> String {
 
 /// Writes a value as pretty JSON.
 pub fn json<T: Serialize>(v: &T, out: &mut dyn Write) -> io::Result<()> {
-    serde_json::to_writer_pretty(&mut *out, v).map_err(io::Error::other)?;
+    // An I/O failure (a closed pipe) keeps its kind, so `main` can tell a
+    // reader that stopped early (success) from a real error.
+    serde_json::to_writer_pretty(&mut *out, v).map_err(|e| match e.io_error_kind() {
+        Some(kind) => io::Error::new(kind, e),
+        None => io::Error::other(e),
+    })?;
     writeln!(out)
 }
