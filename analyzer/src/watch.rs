@@ -9,8 +9,12 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
 
 use heaptag_format::procfs::{self, ProcStatus};
 use heaptag_format::{FrameEncoder, Header, LogSettings, Record, FRAME_HEADER_LEN};
@@ -43,6 +47,9 @@ pub enum WatchError {
     /// The log could not be written.
     #[error("{}: cannot write the log", .0.display())]
     Log(PathBuf, #[source] io::Error),
+    /// Ctrl-C / SIGTERM handling could not be installed.
+    #[error("cannot install handlers for SIGINT and SIGTERM")]
+    Signals(#[source] io::Error),
 }
 
 /// A log of process samples.
@@ -53,22 +60,33 @@ struct ProcLog {
     start: Instant,
 }
 
-impl ProcLog {
-    fn create(
-        path: &Path,
-        pid: u32,
-        exe: String,
-        cmdline: Vec<String>,
-        interval: Duration,
-    ) -> Result<ProcLog, WatchError> {
-        let err = |e| WatchError::Log(path.to_path_buf(), e);
-        let mut file = OpenOptions::new()
+/// The log file, created (0600, never through a symlink, never over an
+/// existing file) before anything is started, so a log that cannot be
+/// written stops `heaptag run` before the command has done anything.
+struct NewLog {
+    file: File,
+    path: PathBuf,
+}
+
+impl NewLog {
+    fn create(path: &Path) -> Result<NewLog, WatchError> {
+        let file = OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)
-            .map_err(err)?;
+            .map_err(|e| WatchError::Log(path.to_path_buf(), e))?;
+        Ok(NewLog {
+            file,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Writes the header of the log of process `pid`.
+    fn start(self, pid: u32, exe: String, cmdline: Vec<String>, interval: Duration) -> Result<ProcLog, WatchError> {
+        let NewLog { mut file, path } = self;
+        let err = |e| WatchError::Log(path.clone(), e);
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
@@ -91,12 +109,14 @@ impl ProcLog {
         file.write_all(&head).map_err(err)?;
         Ok(ProcLog {
             file,
-            path: path.to_path_buf(),
+            path,
             enc: FrameEncoder::new(Vec::new(), 1),
             start: Instant::now(),
         })
     }
+}
 
+impl ProcLog {
     fn now(&self) -> u64 {
         self.start.elapsed().as_nanos() as u64
     }
@@ -164,13 +184,23 @@ fn family(root: u32, children: bool) -> Vec<u32> {
     out
 }
 
-/// Samples the family of `root` until `done()` says to stop; `exit_code`
-/// gives the root's code once it has ended.
+/// How sampling of the root process ended.
+enum Ended {
+    /// The root process exited with this code (-1: unknown, as when
+    /// `watch` sees a process that is not its child go away).
+    Exited(i32),
+    /// Sampling was stopped (Ctrl-C, SIGTERM) while the root still ran: no
+    /// exit is recorded for it.
+    Stopped,
+}
+
+/// Samples the family of `root` until `ended()` says how it ended; returns
+/// the root's exit code (0 when stopped).
 fn sample_loop(
     log: &mut ProcLog,
     root: u32,
     cfg: &WatchConfig,
-    mut ended: impl FnMut() -> Option<i32>,
+    mut ended: impl FnMut() -> Option<Ended>,
 ) -> Result<i32, WatchError> {
     let mut known: Vec<u32> = Vec::new();
     loop {
@@ -210,12 +240,18 @@ fn sample_loop(
             }
             alive
         });
-        if let Some(code) = ended() {
-            log.put(Record::ProcExit {
-                time_ns: log.now(),
-                pid: root,
-                code,
-            });
+        if let Some(how) = ended() {
+            let code = match how {
+                Ended::Exited(code) => {
+                    log.put(Record::ProcExit {
+                        time_ns: log.now(),
+                        pid: root,
+                        code,
+                    });
+                    code
+                }
+                Ended::Stopped => 0,
+            };
             let t = log.now();
             log.put(Record::End { time_ns: t, dropped: 0 });
             log.flush()?;
@@ -223,28 +259,6 @@ fn sample_loop(
         }
         log.flush()?;
         std::thread::sleep(cfg.interval);
-    }
-}
-
-static CHILD: AtomicI32 = AtomicI32::new(0);
-static STOP: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn forward(sig: libc::c_int) {
-    let pid = CHILD.load(Ordering::Relaxed);
-    if pid > 0 {
-        // SAFETY: kill is async-signal-safe; pid is our child's.
-        unsafe { libc::kill(pid, sig) };
-    }
-}
-
-extern "C" fn stop(_sig: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
-}
-
-fn on_signals(handler: extern "C" fn(libc::c_int)) {
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: the handler only does async-signal-safe work (an atomic and kill).
-        unsafe { libc::signal(sig, handler as libc::sighandler_t) };
     }
 }
 
@@ -270,31 +284,48 @@ pub fn run_command(cfg: &WatchConfig, cmd: &[OsString]) -> Result<i32, WatchErro
             .map_or_else(|| "run".into(), |s| s.to_string_lossy().into_owned());
         c.env("HEAPTAG_LOG", cfg.log.with_file_name(format!("{stem}.app-%p.htlog")));
     }
-    let mut child = c.spawn().map_err(|e| WatchError::CannotStart(shown.clone(), e))?;
+    // The log first: if it cannot be written, the command never starts.
+    let new = NewLog::create(&cfg.log)?;
+    // Ctrl-C and SIGTERM are caught before the command starts (one that
+    // arrives meanwhile waits in `signals`), then forwarded to it.
+    let mut signals = Signals::new([SIGINT, SIGTERM]).map_err(WatchError::Signals)?;
+    let handle = signals.handle();
+    let mut child = match c.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            drop(new);
+            let _ = std::fs::remove_file(&cfg.log);
+            return Err(WatchError::CannotStart(shown, e));
+        }
+    };
     let pid = child.id();
-    CHILD.store(pid as i32, Ordering::Relaxed);
-    on_signals(forward);
-    let mut log = match ProcLog::create(
-        &cfg.log,
-        pid,
-        prog.to_string_lossy().into_owned(),
-        cmd_strings(cmd),
-        cfg.interval,
-    ) {
+    let forwarder = std::thread::spawn(move || {
+        for sig in signals.forever() {
+            // SAFETY: kill(2) with our child's pid and a signal number we
+            // received; it cannot affect memory.
+            unsafe { libc::kill(pid as libc::pid_t, sig) };
+        }
+    });
+    let log = new.start(pid, prog.to_string_lossy().into_owned(), cmd_strings(cmd), cfg.interval);
+    let mut log = match log {
         Ok(l) => l,
         Err(e) => {
             let _ = child.kill();
             let _ = child.wait();
+            handle.close();
             return Err(e);
         }
     };
-    sample_loop(&mut log, pid, cfg, || {
+    let result = sample_loop(&mut log, pid, cfg, || {
         child
             .try_wait()
             .ok()
             .flatten()
-            .map(|s| s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0)))
-    })
+            .map(|s| Ended::Exited(s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))))
+    });
+    handle.close();
+    let _ = forwarder.join();
+    result
 }
 
 fn cmd_strings(cmd: &[OsString]) -> Vec<String> {
@@ -314,20 +345,21 @@ pub fn watch_pid(cfg: &WatchConfig, pid: u32) -> Result<i32, WatchError> {
             WatchError::CannotRead(pid, e)
         });
     }
-    STOP.store(false, Ordering::Relaxed);
-    on_signals(stop);
+    let log = NewLog::create(&cfg.log)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [SIGINT, SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(WatchError::Signals)?;
+    }
     let cmd = cmdline(pid);
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map_or_else(|_| cmd.clone(), |p| p.display().to_string());
-    let mut log = ProcLog::create(
-        &cfg.log,
-        pid,
-        exe,
-        cmd.split(' ').map(String::from).collect(),
-        cfg.interval,
-    )?;
+    let mut log = log.start(pid, exe, cmd.split(' ').map(String::from).collect(), cfg.interval)?;
     sample_loop(&mut log, pid, cfg, || {
-        let gone = !Path::new(&format!("/proc/{pid}/status")).exists() || is_zombie(pid);
-        (gone || STOP.load(Ordering::Relaxed)).then_some(0)
+        // Not our child: its exit code cannot be known (-1).
+        if !Path::new(&format!("/proc/{pid}/status")).exists() || is_zombie(pid) {
+            Some(Ended::Exited(-1))
+        } else {
+            stop.load(Ordering::Relaxed).then_some(Ended::Stopped)
+        }
     })
 }
 
