@@ -101,7 +101,7 @@ fn six_ways_to_hold_large_data() {
     )
     .unwrap();
     let v: Value = serde_json::from_slice(&out).unwrap();
-    assert_eq!(v["schema_version"], 1);
+    assert_eq!(v["schema_version"], 2);
     let s = &v["sources"][0];
     assert_eq!(s["fingerprints"], true);
     let verdict = |stage: &str| -> Value {
@@ -135,18 +135,20 @@ fn six_ways_to_hold_large_data() {
         .as_array()
         .unwrap()
         .iter()
-        .find(|g| g["stages"].as_array().unwrap().iter().any(|x| x == "s_race"))
+        .find(|g| g["original"]["stage"] == "s_race")
         .unwrap();
     assert_eq!(group["transient"], true, "{group}");
     let (from, until) = (group["from_s"].as_f64().unwrap(), group["until_s"].as_f64().unwrap());
     assert!(until - from >= 0.015, "both copies alive ~20 ms: {from}..{until}");
-    let holders: Vec<&str> = group["holders"]
+    // The first extraction is the original, the second the copy.
+    assert_eq!(group["original"]["tag"], "job=1 stage=s_race", "{group}");
+    let copies: Vec<&str> = group["extra_copies"]
         .as_array()
         .unwrap()
         .iter()
         .map(|h| h["tag"].as_str().unwrap())
         .collect();
-    assert_eq!(holders, vec!["job=1 stage=s_race", "job=2 stage=s_race"]);
+    assert_eq!(copies, vec!["job=2 stage=s_race"]);
 
     let w = verdict("s_witness");
     assert_eq!(w["verdict"], "SHARED ONCE", "distinct per-partition data: {w}");
@@ -157,11 +159,19 @@ fn six_ways_to_hold_large_data() {
 
     // Only the three duplicated stages appear among the duplicated contents.
     for g in s["duplicated"].as_array().unwrap() {
-        for st in g["stages_at_max"].as_array().unwrap() {
+        let holders = g["extra_copies"].as_array().unwrap().iter().chain([&g["original"]]);
+        for h in holders {
             assert!(
-                ["s_per_partition", "s_cloned", "s_race"].contains(&st.as_str().unwrap()),
+                ["s_per_partition", "s_cloned", "s_race"].contains(&h["stage"].as_str().unwrap()),
                 "{g}"
             );
         }
     }
+    // Each extra copy counted once: the worst moment of the run wastes no
+    // more than the largest stage's worst plus the others alive with it.
+    assert!(
+        s["worst"]["wasted_bytes"].as_u64().unwrap() <= 2 * size,
+        "{}",
+        s["worst"]
+    );
 }

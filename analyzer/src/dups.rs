@@ -1,22 +1,48 @@
-//! Shared once or duplicated: grouping tracked blocks by content.
+//! Shared once or duplicated: contents observed over time, originals and
+//! copies, waste at the worst moment.
 //!
-//! Blocks whose fingerprints (size, hash) match hold the same bytes. For each
-//! group, a sweep over the blocks' lifetimes finds the most copies alive at
-//! one moment, when, and who held them. Zero- and constant-filled blocks are
-//! never duplicates (a fresh `vec![0; n]` is not a copy of anything). Without
-//! fingerprints, blocks are grouped by call site and size instead and the
-//! finding is labelled "suspected": one site legitimately allocates distinct
-//! per-partition data of the same size.
+//! The rules (docs/REPORTS.md, "Duplicates"):
+//!
+//! - A fingerprint says what a block held when it was taken (at its free,
+//!   just before a resize, at a mark, at `finish`). Each holds back to the
+//!   block's previous observation, or to its allocation for the first: a
+//!   mark or `finish` observes every live block at one moment, so a mark is
+//!   where what a block held before it ends. A resize ends what was known.
+//! - Two blocks are copies only over the spans where both are known to hold
+//!   the same content. Zero- and constant-filled contents never count.
+//! - The first holder of a content is its original. At every moment the
+//!   holder alive that has held the content longest is the one kept; every
+//!   other holder is an extra copy, charged to the tag and call site that
+//!   allocated it.
+//! - Waste at a moment is the size of every extra copy alive then, each
+//!   counted once. Per content, per stage and in total the worst moment is
+//!   reported, with its time.
+//! - Without fingerprints, blocks are grouped by call site and size over
+//!   their lifetimes instead, and findings are only "suspected": one site
+//!   legitimately allocates distinct per-partition data of one size.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use heaptag_format::hash::MixMap;
 use heaptag_format::Fill;
 use serde::Serialize;
 
-use crate::units::secs;
-
 use crate::model::{Interval, Model, TagKey};
 use crate::sites::site_name;
+use crate::units::secs;
+
+/// One holder of a duplicated content.
+#[derive(Clone, Debug, Serialize)]
+pub struct Holder {
+    /// Its tag.
+    pub tag: String,
+    /// Its stage (`untagged` without one).
+    pub stage: String,
+    /// Where it was allocated.
+    pub site: String,
+    /// When it was first known to hold the content, seconds.
+    pub from_s: f64,
+}
 
 /// Blocks with the same content (or, suspected, the same site and size).
 #[derive(Clone, Debug, Serialize)]
@@ -27,40 +53,35 @@ pub struct Group {
     pub hash: Option<String>,
     /// Grouped by site and size only: no fingerprints to confirm.
     pub suspected: bool,
-    /// Blocks in the group over the whole run.
+    /// Blocks known to hold it over the run.
     pub blocks: u64,
-    /// Most copies alive at one moment.
+    /// Most holders alive at one moment (original included).
     pub copies: u64,
     /// When that many first were alive, seconds since the start.
     pub from_s: f64,
     /// When the count first dropped below `copies` (`None`: still at the end).
     pub until_s: Option<f64>,
-    /// The maximum was not held to the end of the run.
+    /// How long the worst moment lasted, seconds (to the end of the log
+    /// when `until_s` is `None`).
+    pub duration_s: f64,
+    /// The worst moment did not last to the end of the log.
     pub transient: bool,
-    /// `(copies - 1) x size`.
+    /// `(copies - 1) x size`: the extra copies at the worst moment.
     pub wasted_bytes: u64,
-    /// Tags holding a copy at that moment, with how many copies each.
-    pub holders: Vec<Holder>,
-    /// Stages of every block in the group.
-    pub stages: Vec<String>,
-    /// Stages holding a copy at the moment of most copies.
-    pub stages_at_max: Vec<String>,
-    /// Per stage: the most copies alive at a moment when that stage held one.
-    pub copies_by_stage: BTreeMap<String, u64>,
-    /// Per tag id: the most copies alive at a moment when that tag held one.
+    /// The first holder of the content.
+    pub original: Holder,
+    /// The extra copies alive at the worst moment, oldest first.
+    pub extra_copies: Vec<Holder>,
+    /// The holders at the worst moment, in words (`6 partitions of jobs 1-2
+    /// in synthesize_partition`).
+    pub held_by: String,
+    /// The extra copies at the worst moment, in words.
+    pub copies_by: String,
+    /// Per tag id: the most holders alive at a moment when that tag held one.
     #[serde(skip)]
     pub copies_by_tag: BTreeMap<u32, u64>,
-    /// Call site of the first block.
+    /// Call site of the original.
     pub site: String,
-}
-
-/// A tag holding copies.
-#[derive(Clone, Debug, Serialize)]
-pub struct Holder {
-    /// The tag.
-    pub tag: String,
-    /// Copies it held.
-    pub copies: u64,
 }
 
 /// The verdict for one stage.
@@ -68,260 +89,588 @@ pub struct Holder {
 pub struct Verdict {
     /// Stage name (`untagged` for blocks without a stage).
     pub stage: String,
-    /// `SHARED ONCE` or `DUPLICATED`.
+    /// `SHARED ONCE`, `DUPLICATED` or `SUSPECTED DUPLICATE`.
     pub verdict: String,
-    /// Most copies of one content alive at once (1 when shared once).
+    /// Extra copies this stage made that were alive at its worst moment.
+    pub copies_made: u64,
+    /// Most holders of one content alive at once while this stage held an
+    /// extra copy of it (1 when it made none).
     pub copies: u64,
-    /// Sum over the stage's duplicated contents of `(copies - 1) x size`,
-    /// counting the copies alive while the stage held one.
+    /// Bytes of the extra copies this stage held at its worst moment.
     pub wasted_bytes: u64,
-    /// Distinct contents (groups) the stage allocated.
+    /// When that was, seconds (`None`: no waste).
+    pub wasted_at_s: Option<f64>,
+    /// Stages whose originals it copied.
+    pub copied_from: Vec<String>,
+    /// Duplicated contents whose original this stage holds.
+    pub originals: u64,
+    /// Distinct contents the stage's blocks held.
     pub contents: u64,
     /// The verdict rests on site and size only.
     pub suspected: bool,
 }
 
+/// The worst moment of the whole run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Worst {
+    /// Bytes of every extra copy alive then.
+    pub wasted_bytes: u64,
+    /// When, seconds (`None`: no waste at all).
+    pub at_s: Option<f64>,
+    /// Extra copies alive then.
+    pub extra_copies: u64,
+}
+
 /// The whole finding for one log.
 #[derive(Clone, Debug, Serialize)]
 pub struct Dups {
-    /// Per stage, sorted by wasted bytes then name.
+    /// Per stage, most wasted first.
     pub verdicts: Vec<Verdict>,
-    /// Groups with more than one copy alive at once, most wasted first.
+    /// Contents with more than one holder alive at once, most wasted first.
     pub duplicated: Vec<Group>,
-    /// Blocks left out because they are zero- or constant-filled.
+    /// The run's worst moment.
+    pub worst: Worst,
+    /// Blocks only ever seen zero- or constant-filled.
     pub filled_blocks: u64,
     /// Whether the log holds fingerprints at all.
     pub fingerprints: bool,
     /// Smallest fingerprinted block size (from the log's settings).
     pub fingerprint_min_bytes: u64,
+    /// Why the verdicts cannot be trusted, if they cannot: events dropped
+    /// (a lost free keeps a copy alive forever, a lost fingerprint hides
+    /// one), a log cut short, damage skipped.
+    pub unverified: Option<String>,
 }
 
-/// Stage name of each tag id, computed once (`untagged` without a stage).
-struct Stages(heaptag_format::hash::MixMap<u32, String>);
-
-impl Stages {
-    fn of(&self, tag: u32) -> String {
-        self.0.get(&tag).cloned().unwrap_or_else(|| "untagged".into())
-    }
+/// A span over which one block was known to hold one content.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    start: u64,
+    /// Exclusive; `u64::MAX` for "to the end".
+    end: u64,
+    /// Index into `Model::intervals`.
+    block: u32,
 }
 
-fn stage_name(k: &TagKey) -> String {
-    k.stage.clone().unwrap_or_else(|| "untagged".into())
-}
+/// Spans per content key: (size, hash) for fingerprints, (size, stack) for
+/// suspected groups.
+type Contents = MixMap<(u64, u64), Vec<Span>>;
 
-/// Most copies alive at once: (copies, first time reached, when it ended,
-/// the intervals alive then, and per stage the most copies alive while that
-/// stage held one).
-#[allow(clippy::type_complexity)]
-fn sweep<'a>(
-    items: &[&'a Interval],
-    stages: &[String],
-    end_of_log: u64,
-) -> (
-    u64,
-    u64,
-    Option<u64>,
-    Vec<&'a Interval>,
-    BTreeMap<String, u64>,
-    BTreeMap<u32, u64>,
-) {
-    // (time, +1 / -1, item); frees sort before allocations at the same instant.
-    let mut ev: Vec<(u64, i8, usize)> = Vec::with_capacity(items.len() * 2);
-    for (k, i) in items.iter().enumerate() {
-        ev.push((i.start, 1, k));
-        ev.push((i.end.unwrap_or(u64::MAX), -1, k));
-    }
-    ev.sort();
-    let mut held: BTreeMap<&str, i64> = BTreeMap::new();
-    let mut held_tag: BTreeMap<u32, i64> = BTreeMap::new();
-    let mut by_stage: BTreeMap<String, u64> = BTreeMap::new();
-    let mut by_tag: BTreeMap<u32, u64> = BTreeMap::new();
-    let (mut cur, mut best, mut best_t, mut until) = (0i64, 0i64, 0u64, None);
-    for (n, &(t, d, k)) in ev.iter().enumerate() {
-        cur += i64::from(d);
-        *held.entry(stages[k].as_str()).or_default() += i64::from(d);
-        *held_tag.entry(items[k].tag).or_default() += i64::from(d);
-        // Judge a moment once all events at the same instant are applied.
-        if ev.get(n + 1).is_none_or(|next| next.0 != t) {
-            for (st, &c) in &held {
-                if c > 0 {
-                    let e = by_stage.entry((*st).to_string()).or_default();
-                    *e = (*e).max(cur as u64);
-                }
-            }
-            for (tag, &c) in &held_tag {
-                if c > 0 {
-                    let e = by_tag.entry(*tag).or_default();
-                    *e = (*e).max(cur as u64);
-                }
+/// The spans over which interval `i` is known to hold each content, pushed
+/// into `out`.
+fn spans_of(m: &Model, k: u32, i: &Interval, out: &mut Contents) {
+    let mut prev: Option<u64> = None;
+    let mut last: Option<(u64, usize)> = None; // (hash, index in its vector)
+    for o in m.observations_of(i) {
+        let Some(fp) = o.fp else {
+            prev = Some(o.t);
+            last = None;
+            continue;
+        };
+        // Every observation holds back to the one before it (or to the
+        // allocation): a mark or finish observes every live block at one
+        // moment, so it is where what a block held before ends.
+        let start = prev.map_or(i.start, |p| p.saturating_add(1)).min(o.t);
+        let end = o.t.saturating_add(1);
+        prev = Some(o.t);
+        if fp.fill != Fill::Mixed {
+            last = None;
+            continue;
+        }
+        let spans = out.entry((i.size, fp.hash)).or_default();
+        match last {
+            // The same content as the observation before: one span.
+            Some((h, at)) if h == fp.hash && spans[at].end >= start => spans[at].end = spans[at].end.max(end),
+            _ => {
+                spans.push(Span { start, end, block: k });
+                last = Some((fp.hash, spans.len() - 1));
             }
         }
-        if cur > best {
-            best = cur;
-            best_t = t;
-            until = None;
-        } else if d < 0 && cur == best - 1 && until.is_none() && t >= best_t {
-            until = Some(t);
-        }
     }
-    // Open lifetimes end at u64::MAX: a "drop" there is the end of the log.
-    let until = until.filter(|&t| t != u64::MAX && t <= end_of_log);
-    let alive = items
-        .iter()
-        .copied()
-        .filter(|i| i.start <= best_t && i.end.is_none_or(|e| e > best_t))
-        .collect();
-    (best.max(0) as u64, best_t, until, alive, by_stage, by_tag)
 }
 
-/// Groups the model's blocks and decides per stage.
+/// Dense ids for stage names.
+#[derive(Default)]
+struct StageIds {
+    names: Vec<String>,
+    of_tag: MixMap<u32, usize>,
+}
+
+impl StageIds {
+    fn id(&mut self, m: &Model, tag: u32) -> usize {
+        if let Some(&s) = self.of_tag.get(&tag) {
+            return s;
+        }
+        let name = m.tag(tag).stage.unwrap_or_else(|| "untagged".into());
+        let s = match self.names.iter().position(|n| *n == name) {
+            Some(s) => s,
+            None => {
+                self.names.push(name);
+                self.names.len() - 1
+            }
+        };
+        self.of_tag.insert(tag, s);
+        s
+    }
+}
+
+/// One content with at least two holders, while the sweep runs.
+struct Live {
+    size: u64,
+    hash: Option<u64>,
+    spans: Vec<Span>,
+    /// Alive spans, by (start, span index): the first is the one kept.
+    alive: BTreeSet<(u64, usize)>,
+    worst: usize,
+    worst_t: u64,
+    worst_alive: Vec<usize>,
+    until: Option<u64>,
+    by_tag: BTreeMap<u32, u64>,
+}
+
+/// Per stage while the sweep runs.
+#[derive(Default, Clone)]
+struct StageRun {
+    waste: u64,
+    extras: u64,
+    worst: (u64, u64, u64), // (bytes, extras, time)
+    copies: u64,
+    copied_from: BTreeSet<usize>,
+    originals: u64,
+    contents: u64,
+    suspected: bool,
+}
+
+/// Groups the model's blocks by content and decides per stage.
 pub fn analyze(m: &Model) -> Dups {
-    let st = Stages(m.tags.iter().map(|(id, k)| (*id, stage_name(k))).collect());
-    // Group by sorting keys, not by a map of vectors: one 24-byte entry per
-    // block instead of a vector per content.
-    let mut by_content: Vec<(u64, u64, u32)> = Vec::new();
-    let mut by_site: Vec<(u64, u64, u32)> = Vec::new();
+    analyze_allowing(m, &|_, _| false)
+}
+
+/// As [`analyze`], leaving out contents whose every holder `allowed(stage,
+/// site)` says is meant to be identical (a policy's `[[allow_identical]]`).
+pub fn analyze_allowing(m: &Model, allowed: &dyn Fn(&str, &str) -> bool) -> Dups {
+    let mut contents: Contents = MixMap::default();
+    let mut suspects: Contents = MixMap::default();
     let mut filled = 0u64;
-    let mut fingerprinted_stages: BTreeSet<String> = BTreeSet::new();
+    let mut stages = StageIds::default();
+    let mut fingerprinted_stage: Vec<bool> = Vec::new();
     for (k, i) in m.intervals.iter().enumerate() {
-        match i.fp {
-            Some(fp) if fp.fill == Fill::Mixed => {
-                by_content.push((i.size, fp.hash, k as u32));
-                fingerprinted_stages.insert(st.of(i.tag));
-            }
-            Some(_) => {
+        let s = stages.id(m, i.tag);
+        if fingerprinted_stage.len() <= s {
+            fingerprinted_stage.resize(s + 1, false);
+        }
+        let obs = m.observations_of(i);
+        if obs.iter().any(|o| o.fp.is_some()) {
+            fingerprinted_stage[s] = true;
+            spans_of(m, k as u32, i, &mut contents);
+            if obs.iter().filter_map(|o| o.fp).all(|f| f.fill != Fill::Mixed) {
                 filled += 1;
-                fingerprinted_stages.insert(st.of(i.tag));
             }
-            None => by_site.push((i.size, u64::from(i.stack), k as u32)),
-        }
-    }
-    by_content.sort_unstable();
-    by_site.sort_unstable();
-    let runs = |keys: &[(u64, u64, u32)]| -> Vec<(u64, Vec<&Interval>)> {
-        keys.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1))
-            .map(|run| {
-                (
-                    run[0].1,
-                    run.iter().map(|&(_, _, k)| &m.intervals[k as usize]).collect(),
-                )
-            })
-            .collect()
-    };
-    let mut groups: Vec<Group> = Vec::new();
-    // A content held by one block has one copy: no sweep, it only counts as
-    // a content of its stage (most large blocks of a run are like this).
-    let mut singles: BTreeMap<String, u64> = BTreeMap::new();
-    let mut content_runs = Vec::new();
-    for run in by_content.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
-        if run.len() == 1 {
-            *singles.entry(st.of(m.intervals[run[0].2 as usize].tag)).or_default() += 1;
         } else {
-            content_runs.push(run);
-        }
-    }
-    let mut make = |items: Vec<&Interval>, hash: Option<u64>| {
-        let item_stages: Vec<String> = items.iter().map(|i| st.of(i.tag)).collect();
-        let (copies, from, until, alive, copies_by_stage, copies_by_tag) = sweep(&items, &item_stages, m.end_ns);
-        let mut holders: BTreeMap<String, u64> = BTreeMap::new();
-        for i in &alive {
-            *holders.entry(m.tag(i.tag).to_string()).or_default() += 1;
-        }
-        let stages: BTreeSet<String> = items.iter().map(|i| st.of(i.tag)).collect();
-        let stages_at_max: BTreeSet<String> = alive.iter().map(|i| st.of(i.tag)).collect();
-        let size = items[0].size;
-        groups.push(Group {
-            size_bytes: size,
-            hash: hash.map(|h| format!("{h:016x}")),
-            suspected: hash.is_none(),
-            blocks: items.len() as u64,
-            copies,
-            from_s: secs(from),
-            until_s: until.map(secs),
-            transient: until.is_some(),
-            wasted_bytes: copies.saturating_sub(1) * size,
-            holders: holders
-                .into_iter()
-                .map(|(tag, copies)| Holder { tag, copies })
-                .collect(),
-            stages: stages.into_iter().collect(),
-            stages_at_max: stages_at_max.into_iter().collect(),
-            copies_by_stage,
-            copies_by_tag,
-            site: site_name(m, items[0].stack),
-        });
-    };
-    for run in content_runs {
-        let items: Vec<&Interval> = run.iter().map(|&(_, _, k)| &m.intervals[k as usize]).collect();
-        make(items, Some(run[0].1));
-    }
-    for (_, items) in runs(&by_site) {
-        // Site-and-size grouping only where no fingerprint speaks for the stage.
-        if items.iter().all(|i| !fingerprinted_stages.contains(&st.of(i.tag))) {
-            make(items, None);
-        }
-    }
-    let mut verdicts: BTreeMap<String, Verdict> = BTreeMap::new();
-    for (stage, n) in singles {
-        verdicts.insert(
-            stage.clone(),
-            Verdict {
-                stage,
-                verdict: String::new(),
-                copies: 1,
-                wasted_bytes: 0,
-                contents: n,
-                suspected: false,
-            },
-        );
-    }
-    for g in &groups {
-        for s in &g.stages {
-            let v = verdicts.entry(s.clone()).or_insert_with(|| Verdict {
-                stage: s.clone(),
-                verdict: String::new(),
-                copies: 1,
-                wasted_bytes: 0,
-                contents: 0,
-                suspected: false,
-            });
-            v.contents += 1;
-            // A stage shares in a duplicate only at moments when it held a
-            // copy itself (a later, lone copy is not a duplicate).
-            let copies = g.copies_by_stage.get(s).copied().unwrap_or(1);
-            if copies > 1 {
-                v.copies = v.copies.max(copies);
-                v.wasted_bytes += (copies - 1) * g.size_bytes;
-                v.suspected |= g.suspected;
+            let end = i.end.unwrap_or(u64::MAX);
+            // A block freed at the instant it was allocated held nothing.
+            if end > i.start {
+                suspects.entry((i.size, u64::from(i.stack))).or_default().push(Span {
+                    start: i.start,
+                    end,
+                    block: k as u32,
+                });
             }
         }
     }
-    let mut verdicts: Vec<Verdict> = verdicts
-        .into_values()
-        .map(|mut v| {
-            v.verdict = if v.copies <= 1 {
-                "SHARED ONCE".into()
-            } else if v.suspected {
-                "SUSPECTED DUPLICATE".into()
-            } else {
-                "DUPLICATED".into()
+    let mut runs: Vec<StageRun> = vec![StageRun::default(); stages.names.len()];
+    // Contents per stage, and which contents can be duplicates at all.
+    let mut live: Vec<Live> = Vec::new();
+    let mut collect =
+        |key: (u64, u64), spans: Vec<Span>, suspected: bool, runs: &mut Vec<StageRun>, stages: &mut StageIds| {
+            let mut seen: BTreeSet<usize> = BTreeSet::new();
+            let mut blocks: BTreeSet<u32> = BTreeSet::new();
+            for sp in &spans {
+                seen.insert(stages.id(m, m.intervals[sp.block as usize].tag));
+                blocks.insert(sp.block);
+            }
+            for s in seen {
+                runs[s].contents += 1;
+            }
+            if blocks.len() < 2 {
+                return;
+            }
+            let holder_ok = |sp: &Span| {
+                let iv = &m.intervals[sp.block as usize];
+                let stage = m.tag(iv.tag).stage.unwrap_or_else(|| "untagged".into());
+                allowed(&stage, &site_name(m, iv.stack))
             };
-            v
-        })
-        .collect();
-    verdicts.sort_by(|a, b| b.wasted_bytes.cmp(&a.wasted_bytes).then_with(|| a.stage.cmp(&b.stage)));
-    let mut duplicated: Vec<Group> = groups.into_iter().filter(|g| g.copies > 1).collect();
-    duplicated.sort_by(|a, b| {
+            if spans.iter().all(holder_ok) {
+                return;
+            }
+            live.push(Live {
+                size: key.0,
+                hash: (!suspected).then_some(key.1),
+                spans,
+                alive: BTreeSet::new(),
+                worst: 0,
+                worst_t: 0,
+                worst_alive: Vec::new(),
+                until: None,
+                by_tag: BTreeMap::new(),
+            });
+        };
+    let mut keys: Vec<_> = contents.into_iter().collect();
+    keys.sort_unstable_by_key(|(k, _)| *k);
+    for (key, spans) in keys {
+        collect(key, spans, false, &mut runs, &mut stages);
+    }
+    let mut keys: Vec<_> = suspects.into_iter().collect();
+    keys.sort_unstable_by_key(|(k, _)| *k);
+    for (key, spans) in keys {
+        // Site-and-size grouping only where no fingerprint speaks for the stage.
+        let speaks = spans.iter().any(|sp| {
+            let s = stages.id(m, m.intervals[sp.block as usize].tag);
+            fingerprinted_stage.get(s).copied().unwrap_or(false)
+        });
+        if !speaks {
+            collect(key, spans, true, &mut runs, &mut stages);
+        }
+    }
+    let (total, mut runs) = sweep(m, &mut live, &mut stages, runs);
+    let mut groups: Vec<Group> = Vec::new();
+    for g in &live {
+        if g.worst < 2 {
+            continue;
+        }
+        let iv = |sp: &Span| &m.intervals[sp.block as usize];
+        let holder = |sp: &Span| {
+            let i = iv(sp);
+            Holder {
+                tag: m.tag(i.tag).to_string(),
+                stage: m.tag(i.tag).stage.unwrap_or_else(|| "untagged".into()),
+                site: site_name(m, i.stack),
+                from_s: secs(sp.start),
+            }
+        };
+        let first = g
+            .spans
+            .iter()
+            .min_by_key(|sp| (sp.start, sp.block))
+            .expect("a group has spans");
+        let ostage = stages.id(m, iv(first).tag);
+        runs[ostage].originals += 1;
+        let mut at_worst: Vec<&Span> = g.worst_alive.iter().map(|&k| &g.spans[k]).collect();
+        at_worst.sort_by_key(|sp| (sp.start, sp.block));
+        let extra: Vec<Holder> = at_worst.iter().skip(1).map(|sp| holder(sp)).collect();
+        for sp in at_worst.iter().skip(1) {
+            let s = stages.id(m, iv(sp).tag);
+            if s != ostage {
+                runs[s].copied_from.insert(ostage);
+            }
+        }
+        let keys: Vec<TagKey> = at_worst.iter().map(|sp| m.tag(iv(sp).tag)).collect();
+        let copy_keys: Vec<TagKey> = at_worst.iter().skip(1).map(|sp| m.tag(iv(sp).tag)).collect();
+        let end = g.until.unwrap_or(m.end_ns.max(g.worst_t));
+        groups.push(Group {
+            size_bytes: g.size,
+            hash: g.hash.map(|h| format!("{h:016x}")),
+            suspected: g.hash.is_none(),
+            blocks: g.spans.iter().map(|sp| sp.block).collect::<BTreeSet<_>>().len() as u64,
+            copies: g.worst as u64,
+            from_s: secs(g.worst_t),
+            until_s: g.until.map(secs),
+            duration_s: secs(end.saturating_sub(g.worst_t)),
+            transient: g.until.is_some(),
+            wasted_bytes: (g.worst as u64 - 1).saturating_mul(g.size),
+            original: holder(first),
+            extra_copies: extra,
+            held_by: describe_tags(&keys),
+            copies_by: describe_tags(&copy_keys),
+            copies_by_tag: g.by_tag.clone(),
+            site: site_name(m, iv(first).stack),
+        });
+    }
+    groups.sort_by(|a, b| {
         b.wasted_bytes
             .cmp(&a.wasted_bytes)
             .then_with(|| a.from_s.total_cmp(&b.from_s))
             .then_with(|| a.hash.cmp(&b.hash))
     });
+    let mut verdicts: Vec<Verdict> = runs
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.contents > 0 || r.worst.0 > 0)
+        .map(|(s, r)| Verdict {
+            stage: stages.names[s].clone(),
+            verdict: if r.worst.0 == 0 {
+                "SHARED ONCE"
+            } else if r.suspected {
+                "SUSPECTED DUPLICATE"
+            } else {
+                "DUPLICATED"
+            }
+            .into(),
+            copies_made: r.worst.1,
+            copies: r.copies.max(1),
+            wasted_bytes: r.worst.0,
+            wasted_at_s: (r.worst.0 > 0).then(|| secs(r.worst.2)),
+            copied_from: r.copied_from.iter().map(|&o| stages.names[o].clone()).collect(),
+            originals: r.originals,
+            contents: r.contents,
+            suspected: r.suspected,
+        })
+        .collect();
+    verdicts.sort_by(|a, b| b.wasted_bytes.cmp(&a.wasted_bytes).then_with(|| a.stage.cmp(&b.stage)));
     Dups {
         verdicts,
-        duplicated,
+        duplicated: groups,
+        worst: total,
         filled_blocks: filled,
         fingerprints: m.has_fingerprints(),
         fingerprint_min_bytes: m.header.settings.fingerprint_min,
+        unverified: unverified(m),
+    }
+}
+
+/// Why verdicts on this log cannot be trusted, if they cannot.
+fn unverified(m: &Model) -> Option<String> {
+    let mut why = Vec::new();
+    if m.dropped > 0 {
+        why.push(format!(
+            "{} events were dropped (a lost free keeps a copy alive, a lost fingerprint hides one: copies may be too many or too few)",
+            m.dropped
+        ));
+    }
+    if !m.ended {
+        why.push("the log was cut short (no end record: blocks alive at the end were never fingerprinted)".to_string());
+    }
+    if !m.problems.is_empty() {
+        why.push(format!("{} damaged parts of the log were skipped", m.problems.len()));
+    }
+    (!why.is_empty()).then(|| why.join("; "))
+}
+
+/// Runs every content's spans through one sweep in time order: per content
+/// the most holders at once, when, and who; per stage and in total the
+/// worst moment's waste.
+fn sweep(m: &Model, live: &mut [Live], stages: &mut StageIds, mut runs: Vec<StageRun>) -> (Worst, Vec<StageRun>) {
+    // (time, 0 = end / 1 = start, content, span): ends first at one instant.
+    let mut ev: Vec<(u64, u8, u32, u32)> = Vec::new();
+    for (g, c) in live.iter().enumerate() {
+        for (k, sp) in c.spans.iter().enumerate() {
+            ev.push((sp.start, 1, g as u32, k as u32));
+            if sp.end != u64::MAX {
+                ev.push((sp.end, 0, g as u32, k as u32));
+            }
+        }
+    }
+    ev.sort_unstable();
+    let stage_of: Vec<Vec<usize>> = live
+        .iter()
+        .map(|c| {
+            c.spans
+                .iter()
+                .map(|sp| stages.id(m, m.intervals[sp.block as usize].tag))
+                .collect()
+        })
+        .collect();
+    let suspected: Vec<bool> = live.iter().map(|c| c.hash.is_none()).collect();
+    let mut total = Worst::default();
+    let (mut waste, mut extras) = (0u64, 0u64);
+    let mut dirty: BTreeSet<u32> = BTreeSet::new();
+    let mut dirty_stages: BTreeSet<usize> = BTreeSet::new();
+    let mut n = 0;
+    while n < ev.len() {
+        let t = ev[n].0;
+        while n < ev.len() && ev[n].0 == t {
+            let (_, start, g, k) = ev[n];
+            n += 1;
+            let c = &mut live[g as usize];
+            let key = (c.spans[k as usize].start, k as usize);
+            let kept_before = c.alive.first().copied();
+            if start == 1 {
+                c.alive.insert(key);
+            } else {
+                c.alive.remove(&key);
+            }
+            let kept_after = c.alive.first().copied();
+            // Charge the change: every alive holder but the kept one is an
+            // extra copy, charged to its own stage.
+            let mut charge = |k: usize, sign: i8| {
+                let s = stage_of[g as usize][k];
+                let r = &mut runs[s];
+                if sign > 0 {
+                    r.waste += c.size;
+                    r.extras += 1;
+                    waste += c.size;
+                    extras += 1;
+                } else {
+                    r.waste = r.waste.saturating_sub(c.size);
+                    r.extras = r.extras.saturating_sub(1);
+                    waste = waste.saturating_sub(c.size);
+                    extras = extras.saturating_sub(1);
+                }
+                r.suspected |= suspected[g as usize];
+                dirty_stages.insert(s);
+            };
+            if start == 1 {
+                if kept_before.is_some() && kept_after == kept_before {
+                    charge(k as usize, 1);
+                } else if let Some(old) = kept_before {
+                    // The newcomer is kept (an earlier start): the old kept one becomes extra.
+                    charge(old.1, 1);
+                }
+            } else if Some(key) == kept_before {
+                // The kept one ended: its successor is kept now, no longer extra.
+                if let Some(new) = kept_after {
+                    charge(new.1, -1);
+                }
+            } else {
+                charge(k as usize, -1);
+            }
+            dirty.insert(g);
+        }
+        // Judge the moment once every event at `t` is applied.
+        for &g in &dirty {
+            let c = &mut live[g as usize];
+            let alive = c.alive.len();
+            if alive > c.worst {
+                c.worst = alive;
+                c.worst_t = t;
+                c.worst_alive = c.alive.iter().map(|&(_, k)| k).collect();
+                c.until = None;
+            } else if alive < c.worst && c.until.is_none() && c.worst_t <= t {
+                c.until = Some(t);
+            }
+            if alive > 1 {
+                for &(_, k) in &c.alive {
+                    let tag = m.intervals[c.spans[k].block as usize].tag;
+                    let e = c.by_tag.entry(tag).or_default();
+                    *e = (*e).max(alive as u64);
+                }
+                for (i, &(_, k)) in c.alive.iter().enumerate() {
+                    if i > 0 {
+                        let r = &mut runs[stage_of[g as usize][k]];
+                        r.copies = r.copies.max(alive as u64);
+                    }
+                }
+            }
+        }
+        dirty.clear();
+        for &s in &dirty_stages {
+            let r = &mut runs[s];
+            if r.waste > r.worst.0 {
+                r.worst = (r.waste, r.extras, t);
+            }
+        }
+        dirty_stages.clear();
+        if waste > total.wasted_bytes {
+            total = Worst {
+                wasted_bytes: waste,
+                at_s: Some(secs(t)),
+                extra_copies: extras,
+            };
+        }
+    }
+    (total, runs)
+}
+
+/// A set of tags in words: per stage, `pce_load (job 1)`, `6 partitions of
+/// jobs 1-2 in synthesize_partition`, `jobs 3, 5 in srs_load`.
+pub fn describe_tags(tags: &[TagKey]) -> String {
+    let mut by_stage: BTreeMap<String, Vec<&TagKey>> = BTreeMap::new();
+    for t in tags {
+        by_stage
+            .entry(t.stage.clone().unwrap_or_else(|| "untagged".into()))
+            .or_default()
+            .push(t);
+    }
+    let mut parts = Vec::new();
+    for (stage, ts) in by_stage {
+        let jobs: BTreeSet<u64> = ts.iter().filter_map(|t| t.job).collect();
+        let parts_of: BTreeSet<(Option<u64>, u32)> =
+            ts.iter().filter_map(|t| t.partition.map(|p| (t.job, p))).collect();
+        let jobs_txt = match jobs.len() {
+            0 => String::new(),
+            1 => format!("job {}", ranges(jobs.iter().copied())),
+            _ => format!("jobs {}", ranges(jobs.iter().copied())),
+        };
+        let copies = if ts.len() > 1 {
+            format!(" ({} copies)", ts.len())
+        } else {
+            String::new()
+        };
+        let text = if ts.len() == 1 || (parts_of.len() <= 1 && jobs.len() <= 1) {
+            let mut what = Vec::new();
+            if !jobs_txt.is_empty() {
+                what.push(jobs_txt);
+            }
+            if let Some((_, p)) = parts_of.iter().next() {
+                what.push(format!("partition {p}"));
+            }
+            if what.is_empty() {
+                format!("{stage}{copies}")
+            } else {
+                format!("{stage} ({}){copies}", what.join(", "))
+            }
+        } else if !parts_of.is_empty() {
+            let of = if jobs_txt.is_empty() {
+                String::new()
+            } else {
+                format!(" of {jobs_txt}")
+            };
+            format!("{} partitions{of} in {stage}", parts_of.len())
+        } else {
+            format!("{jobs_txt} in {stage}{copies}")
+        };
+        parts.push(text);
+    }
+    parts.join("; ")
+}
+
+/// `1-3, 5, 7-8`.
+fn ranges(v: impl Iterator<Item = u64>) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut run: Option<(u64, u64)> = None;
+    for x in v {
+        run = match run {
+            Some((a, b)) if b.checked_add(1) == Some(x) => Some((a, x)),
+            Some((a, b)) => {
+                out.push(if a == b { a.to_string() } else { format!("{a}-{b}") });
+                Some((x, x))
+            }
+            None => Some((x, x)),
+        };
+    }
+    if let Some((a, b)) = run {
+        out.push(if a == b { a.to_string() } else { format!("{a}-{b}") });
+    }
+    out.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(job: Option<u64>, stage: &str, partition: Option<u32>) -> TagKey {
+        TagKey {
+            job,
+            stage: Some(stage.into()),
+            partition,
+        }
+    }
+
+    #[test]
+    fn tag_sets_read_as_words() {
+        let six: Vec<TagKey> = (1..=2)
+            .flat_map(|j| (0..3).map(move |p| t(Some(j), "synthesize_partition", Some(p))))
+            .collect();
+        assert_eq!(describe_tags(&six), "6 partitions of jobs 1-2 in synthesize_partition");
+        assert_eq!(describe_tags(&[t(Some(1), "pce_load", None)]), "pce_load (job 1)");
+        assert_eq!(
+            describe_tags(&[t(Some(1), "pce_load", None), t(Some(2), "pce_load", None)]),
+            "jobs 1-2 in pce_load (2 copies)"
+        );
+        assert_eq!(
+            describe_tags(&[t(Some(1), "a", Some(0)), t(Some(1), "a", Some(0))]),
+            "a (job 1, partition 0) (2 copies)"
+        );
+        assert_eq!(ranges([1, 2, 3, 5, 7, 8].into_iter()), "1-3, 5, 7-8");
     }
 }

@@ -78,12 +78,15 @@ fn a_broken_copies_rule_names_the_tags_and_site() {
     let (code, stdout, _) = check(&p, &[&prover()], &[]);
     assert_eq!(code, 1);
     assert!(stdout.contains("2 copies of 000000000000cccc (4.0 MiB)"), "{stdout}");
+    // Issue 14: the original and the copy are named apart.
     assert!(
-        stdout.contains("job=1 stage=synthesize_partition partition=0, job=1 stage=synthesize_partition partition=1"),
+        stdout.contains(
+            "original job=1 stage=synthesize_partition partition=0 (allocated at prover::build_table (lib.rs:48))"
+        ),
         "{stdout}"
     );
     assert!(
-        stdout.contains("allocated at prover::build_table (lib.rs:48)"),
+        stdout.contains("copies made by synthesize_partition (job 1, partition 1) at prover::build_table (lib.rs:48)"),
         "{stdout}"
     );
 }

@@ -161,7 +161,8 @@ fn pct(now: u64, base: u64) -> f64 {
 /// Evaluates every rule of `policy` on every log.
 pub fn check(policy: &Policy, models: &[Model], baseline: Option<&Baseline>) -> Result<CheckReport, CheckError> {
     let mut outcomes = Vec::new();
-    let dups: Vec<dups::Dups> = models.iter().map(dups::analyze).collect();
+    let allowed = |stage: &str, site: &str| policy.allows_identical(stage, site);
+    let dups: Vec<dups::Dups> = models.iter().map(|m| dups::analyze_allowing(m, &allowed)).collect();
     for rule in &policy.rules {
         let mut selected_anything = rule.selector.is_all();
         for (m, d) in models.iter().zip(&dups) {
@@ -175,7 +176,7 @@ pub fn check(policy: &Policy, models: &[Model], baseline: Option<&Baseline>) -> 
                     .any(|(stack, _)| rule.selector.matches_site(&site_name(m, stack)));
             selected_anything |= !selected_tags.is_empty() && site_ok;
             for limit in &rule.limits {
-                outcomes.push(evaluate(rule, limit, m, d, &selected_tags, baseline)?);
+                outcomes.push(evaluate(policy, rule, limit, m, d, &selected_tags, baseline)?);
             }
         }
         if policy.strict && !selected_anything {
@@ -197,6 +198,7 @@ pub fn check(policy: &Policy, models: &[Model], baseline: Option<&Baseline>) -> 
 }
 
 fn evaluate(
+    policy: &Policy,
     rule: &Rule,
     limit: &Limit,
     m: &Model,
@@ -209,7 +211,9 @@ fn evaluate(
         Limit::MaxCopies(max) => {
             let mut worst = 1u64;
             for g in &d.duplicated {
-                if !rule.selector.matches_site(&g.site) {
+                if !rule.selector.matches_site(&g.site)
+                    && !g.extra_copies.iter().any(|c| rule.selector.matches_site(&c.site))
+                {
                     continue;
                 }
                 let copies = tags
@@ -220,24 +224,42 @@ fn evaluate(
                     .unwrap_or(0);
                 worst = worst.max(copies);
                 if copies > max {
-                    let holders: Vec<String> = g.holders.iter().map(|h| h.tag.clone()).collect();
+                    let sites: std::collections::BTreeSet<&str> =
+                        g.extra_copies.iter().map(|c| c.site.as_str()).collect();
                     offenders.push(format!(
-                        "{} copies of {} ({}) from {:.3} s{}: held by {}; allocated at {}",
+                        "{} copies of {} ({}) from {:.3} s{}: original {} (allocated at {}); copies made by {} at {}",
                         copies,
                         g.hash.as_deref().unwrap_or("same site and size (suspected)"),
                         bytes(g.size_bytes),
                         g.from_s,
-                        g.until_s.map_or(String::new(), |u| format!(" to {u:.3} s")),
-                        holders.join(", "),
-                        g.site
+                        g.until_s.map_or(" to the end".into(), |u| format!(" to {u:.3} s")),
+                        g.original.tag,
+                        g.original.site,
+                        g.copies_by,
+                        sites.into_iter().collect::<Vec<_>>().join(", ")
                     ));
                 }
             }
-            (
-                format!("{max} cop{}", if max == 1 { "y" } else { "ies" }),
-                format!("{worst}"),
-                worst <= max,
-            )
+            match &d.unverified {
+                Some(why) if !policy.allow_dropped_events => {
+                    offenders.insert(
+                        0,
+                        format!(
+                            "unverifiable: {why}; set allow_dropped_events = true in the policy to judge such logs anyway"
+                        ),
+                    );
+                    (
+                        format!("{max} cop{}", if max == 1 { "y" } else { "ies" }),
+                        "unverifiable".into(),
+                        false,
+                    )
+                }
+                _ => (
+                    format!("{max} cop{}", if max == 1 { "y" } else { "ies" }),
+                    format!("{worst}"),
+                    worst <= max,
+                ),
+            }
         }
         Limit::MaxPeak(max, Per::Tag) => {
             let mut worst = 0u64;

@@ -14,7 +14,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use heaptag_format::hash::MixMap;
-use heaptag_format::{Fill, Header, Problem};
+use heaptag_format::{Fill, FpWhen, Header, Problem};
 
 /// A tag as the log defines it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
@@ -65,8 +65,21 @@ pub struct Fp {
     pub full: bool,
 }
 
+/// What was known of a block's content at one moment: a fingerprint, or
+/// (`fp: None`) a point after which the earlier content no longer holds (a
+/// resize).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Obs {
+    /// When, ns.
+    pub t: u64,
+    /// The fingerprint (`None`: content unknown from here on).
+    pub fp: Option<Fp>,
+    /// When in the block's life it was taken.
+    pub when: FpWhen,
+}
+
 /// A live tracked block.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Block {
     /// Tag id.
     pub tag: u32,
@@ -76,8 +89,32 @@ pub struct Block {
     pub size: u64,
     /// Allocation time, ns.
     pub start: u64,
-    /// Latest fingerprint.
-    pub fp: Option<Fp>,
+    /// Latest observation of its content.
+    pub last: Option<Obs>,
+    /// Earlier observations, oldest first (most blocks have one or none:
+    /// no allocation for them).
+    pub earlier: Vec<Obs>,
+}
+
+impl Block {
+    /// A block allocated at `start`, content not yet observed.
+    pub fn new(tag: u32, stack: u32, size: u64, start: u64) -> Block {
+        Block {
+            tag,
+            stack,
+            size,
+            start,
+            last: None,
+            earlier: Vec::new(),
+        }
+    }
+
+    /// Records an observation of its content.
+    pub fn observe(&mut self, o: Obs) {
+        if let Some(prev) = self.last.replace(o) {
+            self.earlier.push(prev);
+        }
+    }
 }
 
 /// The lifetime of a tracked block (for duplicate detection).
@@ -93,8 +130,11 @@ pub struct Interval {
     pub start: u64,
     /// Freed at, ns (`None`: alive at the end of the log).
     pub end: Option<u64>,
-    /// Fingerprint, if one was taken.
-    pub fp: Option<Fp>,
+    /// Its observations: `Model::observations[first_obs..first_obs + n_obs]`,
+    /// oldest first.
+    pub first_obs: u32,
+    /// How many.
+    pub n_obs: u32,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -229,6 +269,10 @@ pub struct Model {
     pub site_acc: Vec<SiteAcc>,
     /// Lifetimes of blocks of at least the fingerprint size (or fingerprinted).
     pub intervals: Vec<Interval>,
+    /// Observations of the intervals' contents, each interval's together.
+    pub observations: Vec<Obs>,
+    /// Fingerprints that found their block.
+    pub fingerprints: u64,
     /// Highest attributed (tracked + small estimate) and the record index, time.
     pub attributed_peak: (u64, u64, u64),
     /// Composition at the highest RSS sample.
@@ -313,6 +357,14 @@ impl Model {
 
     /// Whether the log holds any fingerprints.
     pub fn has_fingerprints(&self) -> bool {
-        self.intervals.iter().any(|i| i.fp.is_some())
+        self.fingerprints > 0
+    }
+
+    /// The observations of an interval, oldest first.
+    pub fn observations_of(&self, i: &Interval) -> &[Obs] {
+        let first = i.first_obs as usize;
+        self.observations
+            .get(first..first + i.n_obs as usize)
+            .unwrap_or_default()
     }
 }

@@ -3,7 +3,9 @@
 
 use heaptag_format::Record;
 
-use super::{Block, Composition, Fp, Interval, Model, ProcAcc, Sample, SiteAcc, Sym, TagAcc, TagKey};
+use heaptag_format::FpWhen;
+
+use super::{Block, Composition, Fp, Interval, Model, Obs, ProcAcc, Sample, SiteAcc, Sym, TagAcc, TagKey};
 use crate::text::printable;
 
 /// Ids beyond this share one overflow slot (a damaged but checksummed log
@@ -83,27 +85,36 @@ impl Model {
 
     fn keep_interval(&self, b: &Block) -> bool {
         self.want_intervals
-            && (b.fp.is_some() || b.size >= self.header.settings.fingerprint_min.max(self.header.settings.threshold))
+            && (b.last.is_some() || b.size >= self.header.settings.fingerprint_min.max(self.header.settings.threshold))
     }
 
-    /// Keeps the lifetime of `b`, ended at `end` (`None`: alive at the end
-    /// of the log), when duplicate detection wants it.
-    fn keep_lifetime(&mut self, b: &Block, end: Option<u64>) {
-        if self.keep_interval(b) {
-            self.intervals.push(Interval {
-                tag: b.tag,
-                stack: b.stack,
-                size: b.size,
-                start: b.start,
-                end,
-                fp: b.fp,
-            });
+    /// Keeps the lifetime of `b` with its observations, ended at `end`
+    /// (`None`: alive at the end of the log), when duplicate detection
+    /// wants it.
+    fn keep_lifetime(&mut self, b: Block, end: Option<u64>) {
+        if !self.keep_interval(&b) {
+            return;
         }
+        let Ok(first_obs) = u32::try_from(self.observations.len()) else {
+            return;
+        };
+        let before = self.observations.len();
+        self.observations.extend(b.earlier);
+        self.observations.extend(b.last);
+        self.intervals.push(Interval {
+            tag: b.tag,
+            stack: b.stack,
+            size: b.size,
+            start: b.start,
+            end,
+            first_obs,
+            n_obs: (self.observations.len() - before) as u32,
+        });
     }
 
     fn end_block(&mut self, b: Block, t: u64) {
         self.shrink(b.tag, b.stack, b.size, true);
-        self.keep_lifetime(&b, Some(t));
+        self.keep_lifetime(b, Some(t));
     }
 
     pub(super) fn apply(&mut self, rec: Record) {
@@ -145,14 +156,7 @@ impl Model {
                 a.tracked_alloc += size;
                 a.tracked_count += 1;
                 self.grow(tag, stack, size, true, t);
-                let b = Block {
-                    tag,
-                    stack,
-                    size,
-                    start: t,
-                    fp: None,
-                };
-                if let Some(old) = self.live.insert(addr, b) {
+                if let Some(old) = self.live.insert(addr, Block::new(tag, stack, size, t)) {
                     // An allocation at a live address: its free was dropped.
                     self.end_block(old, t);
                 }
@@ -184,28 +188,29 @@ impl Model {
                     .moving
                     .remove(&(thread, old_addr))
                     .or_else(|| self.live.remove(&old_addr));
-                let (stack, start, fp) = match old {
+                let old_size = old.as_ref().map_or(0, |b| b.size);
+                let mut b = match old {
                     Some(b) => {
                         self.shrink(b.tag, b.stack, b.size, true);
-                        (b.stack, b.start, b.fp)
+                        b
                     }
-                    None => (0, t, None),
+                    None => Block::new(tag, 0, size, t),
                 };
-                self.grow(tag, stack, size, true, t);
+                self.grow(tag, b.stack, size, true, t);
                 let a = self.acc(tag);
-                a.tracked_alloc += size.saturating_sub(old.map_or(0, |b| b.size));
-                // A resize changes the content; an old fingerprint no longer holds.
-                let fp = if old.is_some_and(|b| b.size == size) { fp } else { None };
-                self.live.insert(
-                    addr,
-                    Block {
-                        tag,
-                        stack,
-                        size,
-                        start,
-                        fp,
-                    },
-                );
+                a.tracked_alloc += size.saturating_sub(old_size);
+                // A resize changes the content: what was observed before
+                // holds up to here, and nothing is known after it.
+                if old_size != size && b.last.is_some() {
+                    b.observe(Obs {
+                        t,
+                        fp: None,
+                        when: FpWhen::Free,
+                    });
+                }
+                b.tag = tag;
+                b.size = size;
+                self.live.insert(addr, b);
             }
             Record::SampleAlloc {
                 time_ns,
@@ -243,13 +248,18 @@ impl Model {
                 meta,
                 ..
             } => {
-                self.time(time_ns);
+                let t = self.time(time_ns);
                 if let Some(b) = self.live.get_mut(&addr) {
-                    b.fp = Some(Fp {
-                        hash,
-                        fill: meta.fill,
-                        full: meta.full,
+                    b.observe(Obs {
+                        t,
+                        fp: Some(Fp {
+                            hash,
+                            fill: meta.fill,
+                            full: meta.full,
+                        }),
+                        when: meta.when,
                     });
+                    self.fingerprints += 1;
                 }
             }
             Record::Mark { time_ns, label } => {
@@ -414,9 +424,9 @@ impl Model {
 
     /// End of log: blocks still alive become open intervals.
     pub(super) fn close(&mut self) {
-        let live: Vec<Block> = self.live.values().copied().collect();
+        let live: Vec<Block> = std::mem::take(&mut self.live).into_values().collect();
         for b in live {
-            self.keep_lifetime(&b, None);
+            self.keep_lifetime(b, None);
         }
     }
 }

@@ -75,10 +75,22 @@ struct RuleSpec {
     max_increase: Option<Spanned<Value>>,
 }
 
+/// An `[[allow_identical]]` entry as written.
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct AllowSpec {
+    stage: Option<Spanned<Value>>,
+    site: Option<Spanned<Value>>,
+    reason: Option<Spanned<Value>>,
+}
+
 #[derive(Deserialize, Debug)]
 #[serde(deny_unknown_fields)]
 struct PolicySpec {
     strict: Option<Spanned<Value>>,
+    allow_dropped_events: Option<Spanned<Value>>,
+    #[serde(default)]
+    allow_identical: Vec<Spanned<AllowSpec>>,
     #[serde(default)]
     rule: Vec<Spanned<RuleSpec>>,
 }
@@ -194,8 +206,37 @@ pub struct Policy {
     pub file: PathBuf,
     /// Rules that select nothing are errors.
     pub strict: bool,
+    /// `max_copies` is judged on logs with dropped events, cut short or
+    /// damaged (otherwise such a log fails it as unverifiable).
+    pub allow_dropped_events: bool,
+    /// Contents meant to be identical: left out of `max_copies`.
+    pub allow_identical: Vec<AllowIdentical>,
     /// The rules, in file order.
     pub rules: Vec<Rule>,
+}
+
+/// Contents a program keeps identical on purpose (lookup tables, per-thread
+/// constants): a content whose every holder matches is no duplicate.
+#[derive(Debug, Clone)]
+pub struct AllowIdentical {
+    /// Glob on the holder's stage.
+    pub stage: Option<glob::Pattern>,
+    /// Glob on the holder's call site.
+    pub site: Option<glob::Pattern>,
+    /// Why (shown nowhere but the policy; for its readers).
+    pub reason: Option<String>,
+    /// Line in the policy.
+    pub line: usize,
+}
+
+impl Policy {
+    /// Whether a holder of `stage`, allocated at `site`, may hold a content
+    /// other blocks hold too.
+    pub fn allows_identical(&self, stage: &str, site: &str) -> bool {
+        self.allow_identical.iter().any(|a| {
+            a.stage.as_ref().is_none_or(|p| p.matches(stage)) && a.site.as_ref().is_none_or(|p| p.matches(site))
+        })
+    }
 }
 
 /// Parses `30 GiB`, `512MiB`, `64K`, `1.5 GiB`, `1000` (bytes). Binary units
@@ -255,6 +296,51 @@ impl Policy {
                 _ => return Err(err(Some(v.span()), Some("strict"), "expected true or false".into())),
             },
         };
+        let allow_dropped_events = match &spec.allow_dropped_events {
+            None => false,
+            Some(v) => match v.get_ref() {
+                Value::Boolean(b) => *b,
+                _ => {
+                    return Err(err(
+                        Some(v.span()),
+                        Some("allow_dropped_events"),
+                        "expected true or false".into(),
+                    ))
+                }
+            },
+        };
+        let mut allow_identical = Vec::new();
+        for a in &spec.allow_identical {
+            let line = line_of(text, a.span().start);
+            let a = a.get_ref();
+            let typed = |b: value::Bad| err(Some(b.span), Some(b.key), b.message);
+            let pat = |key: &'static str, v: &Option<Spanned<Value>>| -> Result<Option<glob::Pattern>, PolicyError> {
+                let Some(v) = v else { return Ok(None) };
+                let text = value::string(key, v).map_err(typed)?;
+                glob::Pattern::new(&text)
+                    .map(Some)
+                    .map_err(|e| err(Some(v.span()), Some(key), format!("bad glob {text:?}: {e}")))
+            };
+            let (stage, site) = (pat("stage", &a.stage)?, pat("site", &a.site)?);
+            if stage.is_none() && site.is_none() {
+                return Err(err(
+                    Some(line_span(text, line)),
+                    None,
+                    "an [[allow_identical]] entry needs a stage or a site glob".into(),
+                ));
+            }
+            let reason = a
+                .reason
+                .as_ref()
+                .map(|v| value::string("reason", v).map_err(typed))
+                .transpose()?;
+            allow_identical.push(AllowIdentical {
+                stage,
+                site,
+                reason,
+                line,
+            });
+        }
         let mut rules = Vec::new();
         for r in spec.rule {
             let line = line_of(text, r.span().start);
@@ -363,6 +449,8 @@ impl Policy {
         Ok(Policy {
             file: path.to_path_buf(),
             strict,
+            allow_dropped_events,
+            allow_identical,
             rules,
         })
     }

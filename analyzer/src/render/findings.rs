@@ -74,22 +74,77 @@ pub fn dups(d: &DupsReport, f: Format, out: &mut dyn Write) -> io::Result<()> {
                 "no content fingerprints in this log: blocks are grouped by call site and size, and findings are only suspected"
             )?;
         }
+        if let Some(why) = &x.unverified {
+            writeln!(
+                out,
+                "UNVERIFIED: {why}; these verdicts cannot be relied on (`heaptag check` treats max_copies as unverifiable)"
+            )?;
+        }
+        let mark = if x.unverified.is_some() { " (unverified)" } else { "" };
         heading(f, out, 3, "Verdict per stage")?;
-        let mut t = Table::new(&["stage", "<verdict", "wasted", "contents"]);
+        let mut t = Table::new(&[
+            "stage",
+            "<verdict",
+            "<wasted at the worst moment",
+            "extra copies",
+            "contents",
+        ]);
         for v in &x.verdicts {
             let verdict = if v.copies > 1 {
-                format!("{} x{}", v.verdict, v.copies)
+                format!("{} x{}{mark}", v.verdict, v.copies)
             } else {
-                v.verdict.clone()
+                format!("{}{mark}", v.verdict)
             };
             t.row(vec![
                 v.stage.clone(),
                 verdict,
-                bytes(v.wasted_bytes),
+                match v.wasted_at_s {
+                    Some(at) => format!("{} at {at:.3} s", bytes(v.wasted_bytes)),
+                    None => "0 B".into(),
+                },
+                v.copies_made.to_string(),
                 v.contents.to_string(),
             ]);
         }
         t.write(f, out)?;
+        if f == Format::Markdown {
+            writeln!(out)?;
+        }
+        for v in &x.verdicts {
+            if v.wasted_bytes > 0 {
+                let from: Vec<&str> = v.copied_from.iter().map(String::as_str).collect();
+                let whose = match (from.is_empty(), v.originals > 0) {
+                    (true, _) => "its own contents".to_string(),
+                    (false, true) => format!("contents first made by {} and by itself", from.join(", ")),
+                    (false, false) => format!("contents first made by {}", from.join(", ")),
+                };
+                writeln!(
+                    out,
+                    "- {}: copies of {whose}, up to x{} of one content; {} wasted at {:.3} s",
+                    v.stage,
+                    v.copies,
+                    bytes(v.wasted_bytes),
+                    v.wasted_at_s.unwrap_or(0.0)
+                )?;
+            } else if v.originals > 0 {
+                writeln!(
+                    out,
+                    "- {}: holds the original of {} content{} that other stages copied, each once",
+                    v.stage,
+                    v.originals,
+                    if v.originals == 1 { "" } else { "s" }
+                )?;
+            }
+        }
+        if let Some(at) = x.worst.at_s {
+            writeln!(
+                out,
+                "worst moment: {} wasted in {} extra cop{} at {at:.3} s",
+                bytes(x.worst.wasted_bytes),
+                x.worst.extra_copies,
+                if x.worst.extra_copies == 1 { "y" } else { "ies" }
+            )?;
+        }
         if x.filled_blocks > 0 {
             writeln!(
                 out,
@@ -99,32 +154,47 @@ pub fn dups(d: &DupsReport, f: Format, out: &mut dyn Write) -> io::Result<()> {
         }
         if !x.duplicated.is_empty() {
             heading(f, out, 3, "Duplicated contents")?;
-            let mut t = Table::new(&["content", "size", "copies", "wasted", "<when", "<held by", "<site"]);
+            let mut t = Table::new(&[
+                "content",
+                "size",
+                "copies",
+                "wasted",
+                "<when",
+                "<original",
+                "<copies made by",
+            ]);
             for g in &x.duplicated {
                 let when = match g.until_s {
-                    Some(u) => format!("{:.3}-{:.3} s (transient)", g.from_s, u),
-                    None => format!("from {:.3} s to the end", g.from_s),
+                    Some(u) => format!("{:.3}-{u:.3} s ({})", g.from_s, seconds(g.duration_s)),
+                    None => format!("{:.3} s to the end", g.from_s),
                 };
-                let holders: Vec<String> = g
-                    .holders
-                    .iter()
-                    .map(|h| {
-                        if h.copies > 1 {
-                            format!("{} (x{})", h.tag, h.copies)
-                        } else {
-                            h.tag.clone()
-                        }
-                    })
-                    .collect();
+                let o = &g.original;
                 t.row(vec![
                     g.hash.clone().unwrap_or_else(|| "suspected (site+size)".into()),
                     bytes(g.size_bytes),
-                    g.copies.to_string(),
+                    format!("x{}", g.copies),
                     bytes(g.wasted_bytes),
                     when,
-                    holders.join(", "),
-                    g.site.clone(),
+                    format!("{} at {:.3} s", o.tag, o.from_s),
+                    g.copies_by.clone(),
                 ]);
+            }
+            t.write(f, out)?;
+            // Where the copies were made, most copies first.
+            let mut sites: std::collections::BTreeMap<(&str, &str), (u64, u64)> = std::collections::BTreeMap::new();
+            for g in &x.duplicated {
+                for c in &g.extra_copies {
+                    let e = sites.entry((c.site.as_str(), g.original.site.as_str())).or_default();
+                    e.0 += 1;
+                    e.1 += g.size_bytes;
+                }
+            }
+            let mut sites: Vec<_> = sites.into_iter().collect();
+            sites.sort_by(|a, b| b.1 .1.cmp(&a.1 .1).then_with(|| a.0.cmp(&b.0)));
+            heading(f, out, 3, "Where the copies were made")?;
+            let mut t = Table::new(&["<copy made at", "copies", "bytes", "<original made at"]);
+            for ((site, orig), (n, b)) in sites {
+                t.row(vec![site.to_string(), n.to_string(), bytes(b), orig.to_string()]);
             }
             t.write(f, out)?;
         }

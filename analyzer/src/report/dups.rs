@@ -2,7 +2,11 @@
 
 use serde::Serialize;
 
-use super::{Source, SCHEMA_VERSION};
+use super::Source;
+
+/// `dups`'s JSON schema: 2 since issue 14 (originals and copies, waste at
+/// the worst moment, content observed over time).
+pub const DUPS_SCHEMA_VERSION: u32 = 2;
 use crate::dups::{self, Dups};
 use crate::model::Model;
 
@@ -28,7 +32,7 @@ pub struct DupsReport {
 /// Builds `heaptag dups`.
 pub fn dups(models: &[Model]) -> DupsReport {
     DupsReport {
-        schema_version: SCHEMA_VERSION,
+        schema_version: DUPS_SCHEMA_VERSION,
         sources: models
             .iter()
             .map(|m| DupsSection {
