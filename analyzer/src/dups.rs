@@ -27,7 +27,7 @@ use heaptag_format::hash::MixMap;
 use heaptag_format::Fill;
 use serde::Serialize;
 
-use crate::model::{Interval, Model, TagKey};
+use crate::model::{Interval, Model, Obs, TagKey};
 use crate::sites::site_name;
 use crate::units::secs;
 
@@ -152,17 +152,23 @@ struct Span {
     block: u32,
 }
 
-/// Spans per content key: (size, hash) for fingerprints, (size, stack) for
-/// suspected groups.
-type Contents = MixMap<(u64, u64), Vec<Span>>;
+/// A span with its content key: (size, hash) for fingerprints, (size,
+/// stack) for suspected groups. One flat vector of these, sorted by key, is
+/// every content's holders: no vector per content (most contents of a
+/// run have one holder).
+#[derive(Clone, Copy, Debug)]
+struct Keyed {
+    key: (u64, u64),
+    span: Span,
+}
 
 /// The spans over which interval `i` is known to hold each content, pushed
 /// into `out`.
-fn spans_of(m: &Model, k: u32, i: &Interval, out: &mut Contents) {
+fn spans_of(m: &Model, k: u32, i: &Interval, out: &mut Vec<Keyed>) {
     let mut prev: Option<u64> = None;
-    let mut last: Option<(u64, usize)> = None; // (hash, index in its vector)
+    let mut last: Option<usize> = None; // index in `out` of the previous span
     for o in m.observations_of(i) {
-        let Some(fp) = o.fp else {
+        let Some(fp) = o.fp() else {
             prev = Some(o.t);
             last = None;
             continue;
@@ -177,13 +183,16 @@ fn spans_of(m: &Model, k: u32, i: &Interval, out: &mut Contents) {
             last = None;
             continue;
         }
-        let spans = out.entry((i.size, fp.hash)).or_default();
+        let key = (i.size, fp.hash);
         match last {
             // The same content as the observation before: one span.
-            Some((h, at)) if h == fp.hash && spans[at].end >= start => spans[at].end = spans[at].end.max(end),
+            Some(at) if out[at].key == key && out[at].span.end >= start => out[at].span.end = out[at].span.end.max(end),
             _ => {
-                spans.push(Span { start, end, block: k });
-                last = Some((fp.hash, spans.len() - 1));
+                out.push(Keyed {
+                    key,
+                    span: Span { start, end, block: k },
+                });
+                last = Some(out.len() - 1);
             }
         }
     }
@@ -249,8 +258,8 @@ pub fn analyze(m: &Model) -> Dups {
 /// As [`analyze`], leaving out contents whose every holder `allowed(stage,
 /// site)` says is meant to be identical (a policy's `[[allow_identical]]`).
 pub fn analyze_allowing(m: &Model, allowed: &dyn Fn(&str, &str) -> bool) -> Dups {
-    let mut contents: Contents = MixMap::default();
-    let mut suspects: Contents = MixMap::default();
+    let mut contents: Vec<Keyed> = Vec::new();
+    let mut suspects: Vec<Keyed> = Vec::new();
     let mut filled = 0u64;
     let mut stages = StageIds::default();
     let mut fingerprinted_stage: Vec<bool> = Vec::new();
@@ -260,20 +269,23 @@ pub fn analyze_allowing(m: &Model, allowed: &dyn Fn(&str, &str) -> bool) -> Dups
             fingerprinted_stage.resize(s + 1, false);
         }
         let obs = m.observations_of(i);
-        if obs.iter().any(|o| o.fp.is_some()) {
+        if obs.iter().any(|o| o.when.is_some()) {
             fingerprinted_stage[s] = true;
             spans_of(m, k as u32, i, &mut contents);
-            if obs.iter().filter_map(|o| o.fp).all(|f| f.fill != Fill::Mixed) {
+            if obs.iter().filter_map(Obs::fp).all(|f| f.fill != Fill::Mixed) {
                 filled += 1;
             }
         } else {
             let end = i.end.unwrap_or(u64::MAX);
             // A block freed at the instant it was allocated held nothing.
             if end > i.start {
-                suspects.entry((i.size, u64::from(i.stack))).or_default().push(Span {
-                    start: i.start,
-                    end,
-                    block: k as u32,
+                suspects.push(Keyed {
+                    key: (i.size, u64::from(i.stack)),
+                    span: Span {
+                        start: i.start,
+                        end,
+                        block: k as u32,
+                    },
                 });
             }
         }
@@ -282,7 +294,13 @@ pub fn analyze_allowing(m: &Model, allowed: &dyn Fn(&str, &str) -> bool) -> Dups
     // Contents per stage, and which contents can be duplicates at all.
     let mut live: Vec<Live> = Vec::new();
     let mut collect =
-        |key: (u64, u64), spans: Vec<Span>, suspected: bool, runs: &mut Vec<StageRun>, stages: &mut StageIds| {
+        |key: (u64, u64), run: &[Keyed], suspected: bool, runs: &mut Vec<StageRun>, stages: &mut StageIds| {
+            if let [one] = run {
+                // Most contents have one holder: a content of its stage, no more.
+                runs[stages.id(m, m.intervals[one.span.block as usize].tag)].contents += 1;
+                return;
+            }
+            let spans: Vec<Span> = run.iter().map(|k| k.span).collect();
             let mut seen: BTreeSet<usize> = BTreeSet::new();
             let mut blocks: BTreeSet<u32> = BTreeSet::new();
             for sp in &spans {
@@ -315,21 +333,20 @@ pub fn analyze_allowing(m: &Model, allowed: &dyn Fn(&str, &str) -> bool) -> Dups
                 by_tag: BTreeMap::new(),
             });
         };
-    let mut keys: Vec<_> = contents.into_iter().collect();
-    keys.sort_unstable_by_key(|(k, _)| *k);
-    for (key, spans) in keys {
-        collect(key, spans, false, &mut runs, &mut stages);
+    contents.sort_unstable_by_key(|k| (k.key, k.span.start, k.span.block));
+    for run in contents.chunk_by(|a, b| a.key == b.key) {
+        collect(run[0].key, run, false, &mut runs, &mut stages);
     }
-    let mut keys: Vec<_> = suspects.into_iter().collect();
-    keys.sort_unstable_by_key(|(k, _)| *k);
-    for (key, spans) in keys {
+    drop(contents);
+    suspects.sort_unstable_by_key(|k| (k.key, k.span.start, k.span.block));
+    for run in suspects.chunk_by(|a, b| a.key == b.key) {
         // Site-and-size grouping only where no fingerprint speaks for the stage.
-        let speaks = spans.iter().any(|sp| {
-            let s = stages.id(m, m.intervals[sp.block as usize].tag);
+        let speaks = run.iter().any(|k| {
+            let s = stages.id(m, m.intervals[k.span.block as usize].tag);
             fingerprinted_stage.get(s).copied().unwrap_or(false)
         });
         if !speaks {
-            collect(key, spans, true, &mut runs, &mut stages);
+            collect(run[0].key, run, true, &mut runs, &mut stages);
         }
     }
     let (total, mut runs) = sweep(m, &mut live, &mut stages, runs);

@@ -248,3 +248,27 @@ fn limits_of_two_to_the_63_and_more_pass() {
         }
     }
 }
+
+/// Issue 14: content meant to be identical can be allowed by site or stage.
+#[test]
+fn allow_identical_exempts_matching_contents_from_max_copies() {
+    let log = prover();
+    let rule = "[[rule]]\nstage = \"synthesize_partition\"\nmax_copies = 1\n";
+    let (code, out, _) = check(&policy("no-allow", rule), &[&log], &[]);
+    assert_eq!(code, 1, "{out}");
+    for allow in [
+        "[[allow_identical]]\nsite = \"prover::build_table*\"\nreason = \"per-partition lookup tables\"\n",
+        "[[allow_identical]]\nstage = \"synthesize_*\"\n",
+    ] {
+        let (code, out, err) = check(&policy("allow", &format!("{allow}{rule}")), &[&log], &[]);
+        assert_eq!(code, 0, "{allow}: {out}{err}");
+    }
+    // An entry that would allow nothing in particular is refused.
+    let (code, _, err) = check(
+        &policy("allow-bad", &format!("[[allow_identical]]\nreason = \"x\"\n{rule}")),
+        &[&log],
+        &[],
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("needs a stage or a site glob"), "{err}");
+}

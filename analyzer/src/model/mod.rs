@@ -66,16 +66,54 @@ pub struct Fp {
 }
 
 /// What was known of a block's content at one moment: a fingerprint, or
-/// (`fp: None`) a point after which the earlier content no longer holds (a
-/// resize).
+/// (`when: None`) a point after which the earlier content no longer holds
+/// (a resize). 24 bytes: one per fingerprint of a large block is kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Obs {
     /// When, ns.
     pub t: u64,
-    /// The fingerprint (`None`: content unknown from here on).
-    pub fp: Option<Fp>,
-    /// When in the block's life it was taken.
-    pub when: FpWhen,
+    /// Hash of length and content.
+    pub hash: u64,
+    /// Fill kind.
+    pub fill: Fill,
+    /// Whole content hashed.
+    pub full: bool,
+    /// When in the block's life it was taken (`None`: not a fingerprint
+    /// but the end of what was known).
+    pub when: Option<FpWhen>,
+}
+
+impl Obs {
+    /// A fingerprint taken at `t`.
+    pub fn fingerprint(t: u64, fp: Fp, when: FpWhen) -> Obs {
+        Obs {
+            t,
+            hash: fp.hash,
+            fill: fp.fill,
+            full: fp.full,
+            when: Some(when),
+        }
+    }
+
+    /// The end, at `t`, of what was known (a resize).
+    pub fn boundary(t: u64) -> Obs {
+        Obs {
+            t,
+            hash: 0,
+            fill: Fill::Mixed,
+            full: false,
+            when: None,
+        }
+    }
+
+    /// The fingerprint, if this is one.
+    pub fn fp(&self) -> Option<Fp> {
+        self.when.map(|_| Fp {
+            hash: self.hash,
+            fill: self.fill,
+            full: self.full,
+        })
+    }
 }
 
 /// A live tracked block.

@@ -3,8 +3,6 @@
 
 use heaptag_format::Record;
 
-use heaptag_format::FpWhen;
-
 use super::{Block, Composition, Fp, Interval, Model, Obs, ProcAcc, Sample, SiteAcc, Sym, TagAcc, TagKey};
 use crate::text::printable;
 
@@ -202,11 +200,7 @@ impl Model {
                 // A resize changes the content: what was observed before
                 // holds up to here, and nothing is known after it.
                 if old_size != size && b.last.is_some() {
-                    b.observe(Obs {
-                        t,
-                        fp: None,
-                        when: FpWhen::Free,
-                    });
+                    b.observe(Obs::boundary(t));
                 }
                 b.tag = tag;
                 b.size = size;
@@ -250,15 +244,12 @@ impl Model {
             } => {
                 let t = self.time(time_ns);
                 if let Some(b) = self.live.get_mut(&addr) {
-                    b.observe(Obs {
-                        t,
-                        fp: Some(Fp {
-                            hash,
-                            fill: meta.fill,
-                            full: meta.full,
-                        }),
-                        when: meta.when,
-                    });
+                    let fp = Fp {
+                        hash,
+                        fill: meta.fill,
+                        full: meta.full,
+                    };
+                    b.observe(Obs::fingerprint(t, fp, meta.when));
                     self.fingerprints += 1;
                 }
             }
