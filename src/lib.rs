@@ -27,7 +27,7 @@
 //!
 //! ```toml
 //! [dependencies]
-//! heaptag = { version = "0.1", optional = true }
+//! heaptag = { path = "../heaptag", optional = true }   # not on crates.io: a path or git dependency
 //!
 //! [features]
 //! heaptag = ["dep:heaptag"]

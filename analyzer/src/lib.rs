@@ -220,7 +220,7 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
                 ..Needs::default()
             };
             let models = load_all(logs, needs)?;
-            let r = check::check(&policy, &models, baseline.as_ref())?;
+            let r = check::check(&policy, &models, baseline.as_ref(), write_baseline.is_some())?;
             if let Some(path) = write_baseline {
                 let b = check::Baseline::of(&models);
                 let text = serde_json::to_string_pretty(&b).map_err(io::Error::other)?;

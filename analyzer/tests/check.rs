@@ -146,10 +146,19 @@ fn baseline_increase() {
     // Same run: no increase.
     let (code, stdout, _) = check(&p, &[&base_log], &["--baseline", baseline.to_str().unwrap()]);
     assert_eq!(code, 0, "{stdout}");
-    // A run whose PCE grew by 50%: the rule fails, naming the tag.
+    // Issue 15: writing a baseline with the very policy that needs one
+    // works (the CI.md job on the main branch), and says so.
+    let (code, stdout, stderr) = check(&p, &[&base_log], &["--write-baseline", baseline.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stdout}{stderr}");
+    assert!(stdout.contains("no baseline (this run writes one)"), "{stdout}");
+    // A run whose PCE grew by 50%, under another job id (job ids differ
+    // between runs; baselines are keyed by stage and partition): the rule
+    // fails, naming the stage; a stage the baseline lacks is named too.
     let grown = common::temp("grown");
     let mut b = LogBuilder::new();
-    b.tag(1, Some(1), Some("pce_load"), None)
+    b.tag(1, Some(7), Some("pce_load"), None)
+        .tag(2, Some(7), Some("brand_new_stage"), Some(4))
+        .alloc(11 * MS, 2, 0, 0x9000_0000, 2 * MIB)
         .alloc(10 * MS, 1, 0, 0x1000, 24 * MIB)
         .sample(20 * MS, 60 * MIB, 25 * MIB, 30 * MIB, 24 * MIB, 24 * MIB)
         .rec(Record::End {
@@ -160,7 +169,29 @@ fn baseline_increase() {
     let (code, stdout, _) = check(&p, &[&grown], &["--baseline", baseline.to_str().unwrap()]);
     assert_eq!(code, 1, "{stdout}");
     assert!(
-        stdout.contains("job=1 stage=pce_load: peak 24.0 MiB vs 16.0 MiB in the baseline (+50.0%)"),
+        stdout.contains("stage=pce_load: peak 24.0 MiB vs 16.0 MiB in the baseline (+50.0%)"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("job=7 stage=pce_load:"),
+        "keyed without the job: {stdout}"
+    );
+    assert!(
+        stdout.contains("(no baseline for stage=brand_new_stage partition=4)"),
+        "{stdout}"
+    );
+    // A baseline written by 0.1.0 (schema 1, keyed by whole tags) still
+    // compares, by stage and partition.
+    let old = common::temp("old-baseline").with_extension("json");
+    std::fs::write(
+        &old,
+        r#"{"schema_version": 1, "peak_live_bytes": {"job=1 stage=pce_load": 16777216, "job=2 stage=pce_load": 8388608}, "peak_rss_bytes": 0}"#,
+    )
+    .unwrap();
+    let (code, stdout, _) = check(&p, &[&grown], &["--baseline", old.to_str().unwrap()]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(
+        stdout.contains("stage=pce_load: peak 24.0 MiB vs 16.0 MiB in the baseline (+50.0%)"),
         "{stdout}"
     );
     // A baseline that is not one.

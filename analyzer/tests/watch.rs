@@ -118,10 +118,19 @@ fn run_samples_the_peak_at_its_time_and_passes_the_exit_code() {
         .iter()
         .map(|s| (s[0].as_f64().unwrap(), s[1].as_u64().unwrap()))
         .collect();
-    let top = rss.iter().position(|&(t, b)| t == at && b == peak).expect("the peak is a sample");
+    let top = rss
+        .iter()
+        .position(|&(t, b)| t == at && b == peak)
+        .expect("the peak is a sample");
     assert_eq!(rss.iter().map(|s| s.1).max(), Some(peak));
-    assert!(rss[..top].iter().any(|s| s.1 < peak / 2), "a sample before the allocation: {rss:?}");
-    assert!(rss[top..].iter().any(|s| s.1 < peak / 2), "a sample after the free: {rss:?}");
+    assert!(
+        rss[..top].iter().any(|s| s.1 < peak / 2),
+        "a sample before the allocation: {rss:?}"
+    );
+    assert!(
+        rss[top..].iter().any(|s| s.1 < peak / 2),
+        "a sample after the free: {rss:?}"
+    );
     // The text report shows the process table.
     let (code, text, _) = common::heaptag(&["report", log.to_str().unwrap()], &[]);
     assert_eq!(code, 0);

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::dups;
 use crate::model::Model;
 use crate::policy::{Limit, Per, Policy, PolicyError, Rule};
-use crate::report::{self, SCHEMA_VERSION};
+use crate::report::SCHEMA_VERSION;
 use crate::sites::site_name;
 use crate::units::{bytes, secs};
 
@@ -55,29 +55,65 @@ pub struct CheckReport {
 /// Peak figures of a run, to compare later runs against (`--write-baseline`).
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Baseline {
-    /// JSON schema version.
+    /// JSON schema version (2: keyed by stage and partition).
     pub schema_version: u32,
-    /// Per tag (`job=1 stage=x partition=2`): peak live bytes, summed over logs.
+    /// Per stage and partition (`stage=x partition=2`, never a job id: job
+    /// ids differ between runs): the highest peak live bytes of any tag
+    /// with that stage and partition, over every job and log.
     pub peak_live_bytes: BTreeMap<String, u64>,
     /// Highest RSS over the logs.
     pub peak_rss_bytes: u64,
 }
 
+/// Baseline schema: 2 since baselines are keyed by stage and partition.
+pub const BASELINE_SCHEMA_VERSION: u32 = 2;
+
+/// What a tag is called in a baseline (and in `heaptag diff`): its stage and
+/// partition, without the job.
+pub fn baseline_key(k: &crate::model::TagKey) -> String {
+    crate::model::TagKey { job: None, ..k.clone() }.to_string()
+}
+
 impl Baseline {
     /// The baseline of these logs.
     pub fn of(models: &[Model]) -> Baseline {
-        let r = report::report(models);
         let mut b = Baseline {
-            schema_version: SCHEMA_VERSION,
+            schema_version: BASELINE_SCHEMA_VERSION,
             ..Baseline::default()
         };
-        for s in &r.sources {
-            for t in &s.tags {
-                *b.peak_live_bytes.entry(t.tag.clone()).or_default() += t.peak_live.bytes;
+        for m in models {
+            for (id, a) in m.tags_used() {
+                let k = m.tag(id);
+                if k.is_heaptag_own() {
+                    continue;
+                }
+                let e = b.peak_live_bytes.entry(baseline_key(&k)).or_default();
+                *e = (*e).max(a.peak);
             }
-            b.peak_rss_bytes = b.peak_rss_bytes.max(s.peak_rss.map_or(0, |p| p.bytes));
+            b.peak_rss_bytes = b.peak_rss_bytes.max(m.peak_rss().map_or(0, |p| p.0));
         }
         b
+    }
+
+    /// A schema 1 baseline (keyed by full tags, job ids included) in
+    /// today's keys: the highest peak per stage and partition.
+    fn upgrade(mut self) -> Baseline {
+        if self.schema_version < 2 {
+            let mut keyed: BTreeMap<String, u64> = BTreeMap::new();
+            for (tag, peak) in std::mem::take(&mut self.peak_live_bytes) {
+                let key = tag
+                    .split(' ')
+                    .filter(|p| !p.starts_with("job="))
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let key = if key.is_empty() { "untagged".into() } else { key };
+                let e = keyed.entry(key).or_default();
+                *e = (*e).max(peak);
+            }
+            self.peak_live_bytes = keyed;
+            self.schema_version = BASELINE_SCHEMA_VERSION;
+        }
+        self
     }
 }
 
@@ -109,7 +145,7 @@ pub enum CheckError {
         source: serde_json::Error,
     },
     /// The baseline was written by a newer heaptag.
-    #[error("{}: baseline schema {found} is newer than this heaptag ({SCHEMA_VERSION}): upgrade heaptag", path.display())]
+    #[error("{}: baseline schema {found} is newer than this heaptag ({BASELINE_SCHEMA_VERSION}): upgrade heaptag", path.display())]
     BaselineNewer {
         /// The baseline file.
         path: PathBuf,
@@ -137,13 +173,13 @@ pub fn read_baseline(path: &Path) -> Result<Baseline, CheckError> {
         line: source.line(),
         source,
     })?;
-    if b.schema_version > SCHEMA_VERSION {
+    if b.schema_version > BASELINE_SCHEMA_VERSION {
         return Err(CheckError::BaselineNewer {
             path: path.to_path_buf(),
             found: b.schema_version,
         });
     }
-    Ok(b)
+    Ok(b.upgrade())
 }
 
 fn pct(now: u64, base: u64) -> f64 {
@@ -159,7 +195,16 @@ fn pct(now: u64, base: u64) -> f64 {
 }
 
 /// Evaluates every rule of `policy` on every log.
-pub fn check(policy: &Policy, models: &[Model], baseline: Option<&Baseline>) -> Result<CheckReport, CheckError> {
+///
+/// `writing_baseline`: this run writes the baseline (`--write-baseline`),
+/// so a `max_increase` rule without one passes, saying so, instead of
+/// failing the run.
+pub fn check(
+    policy: &Policy,
+    models: &[Model],
+    baseline: Option<&Baseline>,
+    writing_baseline: bool,
+) -> Result<CheckReport, CheckError> {
     let mut outcomes = Vec::new();
     let allowed = |stage: &str, site: &str| policy.allows_identical(stage, site);
     let dups: Vec<dups::Dups> = models.iter().map(|m| dups::analyze_allowing(m, &allowed)).collect();
@@ -176,7 +221,16 @@ pub fn check(policy: &Policy, models: &[Model], baseline: Option<&Baseline>) -> 
                     .any(|(stack, _)| rule.selector.matches_site(&site_name(m, stack)));
             selected_anything |= !selected_tags.is_empty() && site_ok;
             for limit in &rule.limits {
-                outcomes.push(evaluate(policy, rule, limit, m, d, &selected_tags, baseline)?);
+                outcomes.push(evaluate(
+                    policy,
+                    rule,
+                    limit,
+                    m,
+                    d,
+                    &selected_tags,
+                    baseline,
+                    writing_baseline,
+                )?);
             }
         }
         if policy.strict && !selected_anything {
@@ -205,6 +259,7 @@ fn evaluate(
     d: &dups::Dups,
     tags: &[u32],
     baseline: Option<&Baseline>,
+    writing_baseline: bool,
 ) -> Result<Outcome, CheckError> {
     let mut offenders = Vec::new();
     let (allowed, found, passed) = match *limit {
@@ -361,18 +416,38 @@ fn evaluate(
         }
         Limit::MaxIncrease(max_pct) => {
             let Some(b) = baseline else {
+                if writing_baseline {
+                    // The main branch's run writes the baseline the next
+                    // runs compare with: nothing to compare with yet.
+                    return Ok(Outcome {
+                        rule: rule.name.clone(),
+                        line: rule.line,
+                        limit: limit.key().into(),
+                        log: m.path.display().to_string(),
+                        allowed: format!("+{max_pct}%"),
+                        found: "no baseline (this run writes one)".into(),
+                        passed: true,
+                        offenders,
+                    });
+                }
                 return Err(CheckError::NoBaseline {
                     rule: rule.name.clone(),
                     line: rule.line,
                 });
             };
             let mut worst = 0f64;
+            // Per stage and partition: the highest peak of any job's tag.
+            let mut now_by_key: BTreeMap<String, u64> = BTreeMap::new();
             for &t in tags {
-                let name = m.tag(t).to_string();
+                let e = now_by_key.entry(baseline_key(&m.tag(t))).or_default();
+                *e = (*e).max(m.tag_acc[t as usize].peak);
+            }
+            let mut missing = Vec::new();
+            for (name, now) in now_by_key {
                 let Some(&base) = b.peak_live_bytes.get(&name) else {
+                    missing.push(name);
                     continue;
                 };
-                let now = m.tag_acc[t as usize].peak;
                 let p = pct(now, base);
                 worst = worst.max(p);
                 if p > max_pct {
@@ -383,6 +458,22 @@ fn evaluate(
                     ));
                 }
             }
+            // Named in the outcome, never passed over in silence.
+            let missing_note = if missing.is_empty() {
+                String::new()
+            } else {
+                let shown: Vec<&str> = missing.iter().take(5).map(String::as_str).collect();
+                let more = missing.len().saturating_sub(shown.len());
+                format!(
+                    " (no baseline for {}{})",
+                    shown.join(", "),
+                    if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    }
+                )
+            };
             if rule.selector.is_all() && b.peak_rss_bytes > 0 {
                 if let Some(r) = m.rss_peak.as_ref().and_then(|c| c.rss) {
                     let p = pct(r, b.peak_rss_bytes);
@@ -396,7 +487,11 @@ fn evaluate(
                     }
                 }
             }
-            (format!("+{max_pct}%"), format!("+{worst:.1}%"), offenders.is_empty())
+            (
+                format!("+{max_pct}%"),
+                format!("+{worst:.1}%{missing_note}"),
+                offenders.is_empty(),
+            )
         }
     };
     Ok(Outcome {
