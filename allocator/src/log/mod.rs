@@ -417,7 +417,18 @@ fn expand(path: &Path) -> PathBuf {
     PathBuf::from(out)
 }
 
-/// Registers the exit flush and the fork handler, once.
+/// In a forked child (the atfork child handler in `start.rs`): the child
+/// never writes into its parent's file, so a log that was on (or starting)
+/// stops. Nothing in the child touches the writer's state (WRITER, SIDE)
+/// again: their locks may be held by threads that do not exist in it, which
+/// is why the prepare handler does not take them.
+pub(crate) fn after_fork_in_child() {
+    if STATE.load(Ordering::Relaxed) != OFF {
+        STATE.store(FORKED, Ordering::Relaxed);
+    }
+}
+
+/// Registers the exit flush, once.
 fn install_hooks() {
     static DONE: AtomicBool = AtomicBool::new(false);
     if DONE.swap(true, Ordering::AcqRel) {
@@ -426,18 +437,9 @@ fn install_hooks() {
     extern "C" fn at_exit() {
         finish();
     }
-    extern "C" fn in_child() {
-        // The child never writes into the parent's file; its copy of the
-        // writer's lock may be held by a thread that does not exist here, so
-        // nothing touches it again.
-        STATE.store(FORKED, Ordering::Relaxed);
-    }
-    // SAFETY: both are plain extern "C" functions with no arguments, valid for
-    // the life of the process.
-    unsafe {
-        libc::atexit(at_exit);
-        libc::pthread_atfork(None, None, Some(in_child));
-    }
+    // SAFETY: a plain extern "C" function with no arguments, valid for the
+    // life of the process.
+    unsafe { libc::atexit(at_exit) };
 }
 
 /// What [`finish`] wrote.
