@@ -206,19 +206,27 @@ impl Writer {
             time_ns: clock::now_ns(),
             events: super::dropped(),
         }));
-        // SAFETY: `frame` is valid for its length; `fd` is open; pwrite does
-        // not move the file offset used by the appending writes.
-        unsafe {
-            libc::pwrite(
-                self.fd,
-                frame.v.as_ptr().cast(),
-                frame.v.len(),
-                self.reserve_at as libc::off_t,
-            )
-        };
+        quietly(|| {
+            // SAFETY: `frame` is valid for its length; `fd` is open; pwrite
+            // does not move the file offset used by the appending writes.
+            unsafe {
+                libc::pwrite(
+                    self.fd,
+                    frame.v.as_ptr().cast(),
+                    frame.v.len(),
+                    self.reserve_at as libc::off_t,
+                )
+            }
+        });
     }
 
-    fn write_all(&self, mut buf: &[u8]) -> std::io::Result<()> {
+    /// Writes all of `buf` at the file's offset (SIGXFSZ and SIGPIPE held
+    /// off: a file size limit gives EFBIG, see [`quietly`]).
+    fn write_all(&self, buf: &[u8]) -> std::io::Result<()> {
+        quietly(|| self.write_all_raw(buf))
+    }
+
+    fn write_all_raw(&self, mut buf: &[u8]) -> std::io::Result<()> {
         while !buf.is_empty() {
             // SAFETY: `buf` is valid for `buf.len()` bytes; `fd` is open.
             let n = unsafe { libc::write(self.fd, buf.as_ptr().cast(), buf.len()) };
@@ -471,6 +479,64 @@ impl Writer {
     }
 }
 
+/// The signals a write to the log can raise: SIGXFSZ (past `RLIMIT_FSIZE`,
+/// `ulimit -f`) and SIGPIPE. Both terminate the process by default.
+const FAULT_SIGNALS: [libc::c_int; 2] = [libc::SIGXFSZ, libc::SIGPIPE];
+
+/// A signal set of `signals`.
+fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it before use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t; the signals are valid numbers.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for &s in signals {
+            libc::sigaddset(&mut set, s);
+        }
+    }
+    set
+}
+
+/// Runs `write` (a write to the log file) with SIGXFSZ and SIGPIPE blocked
+/// on the calling thread, whichever it is (the writer thread, or the thread
+/// running `finish()` or starting the log): past a file size limit the write
+/// fails with EFBIG instead of killing the host, and the events are counted
+/// as dropped. A signal that became pending because of this write is
+/// consumed before the thread's previous mask is restored, so the program
+/// never sees it; one that was pending before is left alone. Signal
+/// dispositions are never changed.
+fn quietly<T>(write: impl FnOnce() -> T) -> T {
+    let block = sigset(&FAULT_SIGNALS);
+    // SAFETY: plain data, filled in by the calls below before being read.
+    let (mut old, mut before, mut after): (libc::sigset_t, libc::sigset_t, libc::sigset_t) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed(), std::mem::zeroed()) };
+    // SAFETY: valid sigset_t pointers; only the calling thread's mask changes.
+    let blocked = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old) } == 0;
+    // SAFETY: `before` is a valid sigset_t.
+    let have_before = blocked && unsafe { libc::sigpending(&mut before) } == 0;
+    let r = write();
+    if !blocked {
+        return r;
+    }
+    // SAFETY: `after` is a valid sigset_t.
+    if have_before && unsafe { libc::sigpending(&mut after) } == 0 {
+        for s in FAULT_SIGNALS {
+            // SAFETY: valid sigset_t pointers and signal numbers.
+            let raised = unsafe { libc::sigismember(&after, s) == 1 && libc::sigismember(&before, s) != 1 };
+            if raised {
+                let one = sigset(&[s]);
+                let now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+                // SAFETY: valid pointers; a zero timeout only polls. The
+                // signal is blocked, so it is taken off the pending set.
+                unsafe { libc::sigtimedwait(&one, std::ptr::null_mut(), &now) };
+            }
+        }
+    }
+    // SAFETY: restores the mask saved above, on the same thread.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    r
+}
+
 /// The reserve frame (number 0): `record`, padded to exactly `RESERVE`
 /// payload bytes.
 fn reserve_frame(record: Option<RecordRef<'_>>) -> IBuf {
@@ -488,6 +554,12 @@ fn reserve_frame(record: Option<RecordRef<'_>>) -> IBuf {
 /// The writer thread: a cycle every `tick` until the log finishes.
 pub(crate) fn run(tick: Duration) {
     let _tag = writer_tag().enter();
+    // The writer thread never takes SIGXFSZ or SIGPIPE: its writes get EFBIG
+    // or EPIPE. (Every write also goes through `quietly`, for the threads
+    // that write the header and the end.)
+    let block = sigset(&FAULT_SIGNALS);
+    // SAFETY: a valid sigset_t; changes only this thread's mask.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &block, std::ptr::null_mut()) };
     loop {
         std::thread::sleep(tick);
         if STATE.load(Ordering::Acquire) != super::ON {
