@@ -150,6 +150,13 @@ pub enum LogError {
     Exists(PathBuf),
     /// The path is a symbolic link, which heaptag never follows.
     Symlink(PathBuf),
+    /// Overwriting was allowed but the path is not a regular file (a FIFO, a
+    /// device, a socket): heaptag replaces only regular files, and never
+    /// blocks opening one.
+    NotRegular(PathBuf),
+    /// Overwriting was allowed but the file belongs to another user:
+    /// heaptag replaces only files owned by the effective user.
+    NotOwned(PathBuf),
     /// The file could not be created or written.
     Io(PathBuf, std::io::Error),
     /// An environment variable has a value that does not parse.
@@ -179,6 +186,16 @@ impl fmt::Display for LogError {
                 p.display()
             ),
             LogError::Symlink(p) => write!(f, "{} is a symbolic link: heaptag never follows one", p.display()),
+            LogError::NotRegular(p) => write!(
+                f,
+                "{} is not a regular file (a FIFO, device or socket?): heaptag overwrites only regular files",
+                p.display()
+            ),
+            LogError::NotOwned(p) => write!(
+                f,
+                "{} belongs to another user: heaptag overwrites only files of the user it runs as",
+                p.display()
+            ),
             LogError::Io(p, e) => write!(f, "cannot write {}: {e}", p.display()),
             LogError::BadEnv { name, value, expected } => {
                 write!(f, "{name}={value}: expected {expected}")
@@ -266,7 +283,12 @@ impl LogConfig {
         })())
     }
 
-    /// Replace an existing regular file at the path (never a symlink).
+    /// Replace an existing file at the path: only a regular file owned by
+    /// the effective user, opened without blocking, its mode reset to 0600;
+    /// never a symlink (a FIFO, a device or another user's file is refused
+    /// with [`LogError::NotRegular`] or [`LogError::NotOwned`]). Symbolic
+    /// links in the path's parent directories are followed: choosing them is
+    /// the user's business.
     pub fn overwrite(mut self, yes: bool) -> Self {
         self.overwrite = yes;
         self

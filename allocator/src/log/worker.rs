@@ -112,7 +112,9 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// Creates the file (0600, never through a symlink) and writes the header.
+    /// Creates the file (0600, never through a symlink), or with overwrite
+    /// takes over an existing regular file of ours (see [`take_over`]), and
+    /// writes the header.
     pub(crate) fn open(cfg: &LogConfig) -> Result<Writer, LogError> {
         let path = cfg.resolved_path();
         if let Ok(m) = std::fs::symlink_metadata(&path) {
@@ -125,11 +127,14 @@ impl Writer {
         }
         let c = CString::new(path.as_os_str().as_bytes())
             .map_err(|e| LogError::Io(path.clone(), std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
+        // Overwriting opens without O_TRUNC and without blocking (a FIFO with
+        // no reader would block forever; with one, gives ENXIO or a FIFO),
+        // and checks what it opened before changing anything.
         let flags = libc::O_WRONLY
             | libc::O_CREAT
             | libc::O_CLOEXEC
             | libc::O_NOFOLLOW
-            | if cfg.overwrite { libc::O_TRUNC } else { libc::O_EXCL };
+            | if cfg.overwrite { libc::O_NONBLOCK } else { libc::O_EXCL };
         // SAFETY: `c` is a valid NUL-terminated path; the mode argument is
         // required with O_CREAT.
         let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600 as libc::c_uint) };
@@ -138,8 +143,17 @@ impl Writer {
             return Err(match e.raw_os_error() {
                 Some(libc::EEXIST) => LogError::Exists(path),
                 Some(libc::ELOOP) => LogError::Symlink(path),
+                // O_NONBLOCK on a FIFO with no reader.
+                Some(libc::ENXIO) => LogError::NotRegular(path),
                 _ => LogError::Io(path, e),
             });
+        }
+        if cfg.overwrite {
+            if let Err(e) = take_over(fd, &path) {
+                // SAFETY: `fd` is the descriptor opened above, closed once.
+                unsafe { libc::close(fd) };
+                return Err(e);
+            }
         }
         let mut w = Writer {
             fd,
@@ -477,6 +491,37 @@ impl Writer {
             }
         }
     }
+}
+
+/// Makes the file opened (with O_NONBLOCK) for overwriting ours: only a
+/// regular file owned by the effective user is taken; it is emptied, its
+/// mode set to 0600 and its descriptor made blocking again.
+fn take_over(fd: libc::c_int, path: &std::path::Path) -> Result<(), LogError> {
+    let io = |e| Err(LogError::Io(path.to_path_buf(), e));
+    // SAFETY: plain data, filled in by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is open; `st` is a valid stat buffer.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return io(std::io::Error::last_os_error());
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(LogError::NotRegular(path.to_path_buf()));
+    }
+    // SAFETY: geteuid has no preconditions.
+    if st.st_uid != unsafe { libc::geteuid() } {
+        return Err(LogError::NotOwned(path.to_path_buf()));
+    }
+    // SAFETY: `fd` is an open regular file; these change only it.
+    let ok = unsafe {
+        libc::ftruncate(fd, 0) == 0 && libc::fchmod(fd, 0o600) == 0 && {
+            let fl = libc::fcntl(fd, libc::F_GETFL);
+            fl >= 0 && libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK) == 0
+        }
+    };
+    if !ok {
+        return io(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The signals a write to the log can raise: SIGXFSZ (past `RLIMIT_FSIZE`,
