@@ -10,8 +10,10 @@
 //! drops the event and counts it. The writer wakes every few milliseconds,
 //! encodes what it drained into one frame (see `heaptag-format`) and writes
 //! it with one `write(2)`, so after a crash or SIGKILL the file is readable up
-//! to the last frame written. When a write fails (disk full, I/O error) the
-//! frame's events are counted as dropped and the program goes on.
+//! to the last frame written. When a write fails (disk full, I/O error, a
+//! file size limit) the frame's events are counted as dropped, the tag and
+//! stack definitions it carried are sent again before the next record, and
+//! the program goes on.
 //!
 //! Logging starts from `HEAPTAG_LOG=path` (read by start-up's constructor
 //! before `main`, see `start.rs`) or from [`LogConfig::start`]. [`finish`] flushes, fingerprints the

@@ -99,8 +99,21 @@ pub(crate) struct Writer {
     batch: IVec<Event, Internal>,
     /// Events in `payload` (lost if its write fails).
     pending_events: u64,
+    /// Tags `0..tags_sent` are defined in the file or in the frame being
+    /// built; stacks `1..=stacks_sent` likewise.
     tags_sent: u32,
     stacks_sent: u32,
+    /// The same, as of the last frame written: a failed write rolls the
+    /// counts above back to these, so its definitions are sent again.
+    tags_written: u32,
+    stacks_written: u32,
+    /// A write failed outside `send_definitions`: definitions go out again
+    /// before the next record that may use them.
+    resend: bool,
+    /// `send_definitions` is running (it does not call itself).
+    in_definitions: bool,
+    /// Failed frame writes so far.
+    failures: u64,
     interval_ns: u64,
     last_sample_ns: u64,
     last_dropped: u64,
@@ -165,6 +178,11 @@ impl Writer {
             pending_events: 0,
             tags_sent: 0,
             stacks_sent: 0,
+            tags_written: 0,
+            stacks_written: 0,
+            resend: false,
+            in_definitions: false,
+            failures: 0,
             interval_ns: cfg.interval.as_nanos().min(u128::from(u64::MAX)) as u64,
             last_sample_ns: 0,
             last_dropped: 0,
@@ -260,14 +278,20 @@ impl Writer {
     }
 
     /// Adds a record to the frame being built; one that does not fit in
-    /// memory is dropped whole and counted as lost.
-    fn put(&mut self, r: RecordRef<'_>) {
-        if !self.enc.push(r) {
+    /// memory is dropped whole and counted as lost (false). After a failed
+    /// write, the definitions it lost go first.
+    fn put(&mut self, r: RecordRef<'_>) -> bool {
+        if self.resend && !self.in_definitions {
+            self.send_definitions();
+        }
+        let pushed = self.enc.push(r);
+        if !pushed {
             LOG_EVENTS_LOST.fetch_add(1, Ordering::Relaxed);
         }
         if self.enc.len() >= FRAME_TARGET {
             self.flush();
         }
+        pushed
     }
 
     /// Writes the pending records as one frame. On failure its events are
@@ -290,9 +314,18 @@ impl Writer {
             true => {
                 self.bytes += self.frame.v.len() as u64;
                 self.events += self.pending_events;
+                self.tags_written = self.tags_sent;
+                self.stacks_written = self.stacks_sent;
             }
             false => {
                 LOG_EVENTS_LOST.fetch_add(self.pending_events, Ordering::Relaxed);
+                // The definitions in the lost frame never reached the file:
+                // send them again (before the next record, or by the next
+                // `send_definitions` when this one is the one that failed).
+                self.tags_sent = self.tags_written;
+                self.stacks_sent = self.stacks_written;
+                self.failures += 1;
+                self.resend = !self.in_definitions;
                 // Cut a partly written frame off the end, so the file stays a
                 // clean sequence of whole frames, and say what was lost.
                 // SAFETY: `fd` is open; both calls only change this file.
@@ -306,30 +339,62 @@ impl Writer {
         self.pending_events = 0;
     }
 
-    /// Sends definitions of tags and stacks created since the last call.
+    /// Sends definitions of tags and stacks created (or lost to a failed
+    /// write) since the last call. Stops at the first record that cannot be
+    /// encoded or whose frame fails to write: the rest go out next time, so
+    /// every definition reaches the file once, in order, and a disk that keeps
+    /// failing costs one attempt per call.
     fn send_definitions(&mut self) {
+        self.resend = false;
+        self.in_definitions = true;
+        let failures = self.failures;
         let tags = tag::count();
-        for id in self.tags_sent..tags {
+        while self.tags_sent < tags {
+            let id = self.tags_sent;
             let t = tag::tag_of(id);
-            self.put(RecordRef::TagDef {
+            // Counted as sent before the push: a frame flushed by it holds it.
+            self.tags_sent = id + 1;
+            let pushed = self.put(RecordRef::TagDef {
                 id,
                 job: t.job,
                 partition: t.partition,
                 stage: t.stage,
             });
+            if self.failures != failures || !pushed {
+                // A failed write rolled the count back; a record that did
+                // not fit was never in a frame.
+                if self.failures == failures {
+                    self.tags_sent = id;
+                }
+                self.in_definitions = false;
+                return;
+            }
         }
-        self.tags_sent = self.tags_sent.max(tags);
         let stacks = stacks::count();
         if stacks > self.stacks_sent {
+            let mut stop = false;
             stacks::each(self.stacks_sent + 1, stacks, |id, frames| {
-                self.put(RecordRef::StackDef { id, frames });
+                // Ids come in order; stop at the first one not sent.
+                if stop || id != self.stacks_sent + 1 {
+                    stop = true;
+                    return;
+                }
+                // As for tags above.
+                self.stacks_sent = id;
+                let pushed = self.put(RecordRef::StackDef { id, frames });
+                if self.failures != failures || !pushed {
+                    if self.failures == failures {
+                        self.stacks_sent = id - 1;
+                    }
+                    stop = true;
+                }
             });
-            self.stacks_sent = stacks;
         }
+        self.in_definitions = false;
     }
 
     fn event(&mut self, ev: &Event) {
-        self.put(ev.borrowed());
+        let _ = self.put(ev.borrowed());
         if ev.kind().is_event() {
             self.pending_events += 1;
         }
