@@ -28,8 +28,10 @@ pub struct ExternalStats {
 }
 
 /// Bytes held per (tag id, kind).
-static HELD: Mutex<HashMap<(u32, &'static str), u64, MixBuild, Internal>> =
-    Mutex::new(HashMap::with_hasher_in(MixBuild::new(), Internal));
+type Held = HashMap<(u32, &'static str), u64, MixBuild, Internal>;
+
+/// What is held now.
+static HELD: Mutex<Held> = Mutex::new(HashMap::with_hasher_in(MixBuild::new(), Internal));
 
 /// Adds `bytes` of `what` to tag `id` (its entry's figure and the registry).
 pub(crate) fn add(id: u32, what: &'static str, bytes: u64) {
@@ -81,8 +83,7 @@ pub(crate) fn list() -> Vec<ExternalStats> {
     out
 }
 
-static FORK_HELD: ForkHeld<MutexGuard<'static, HashMap<(u32, &'static str), u64, MixBuild, Internal>>> =
-    ForkHeld::new();
+static FORK_HELD: ForkHeld<MutexGuard<'static, Held>> = ForkHeld::new();
 
 /// Locks the registry before a `fork()` (the prepare handler in `start.rs`),
 /// so a child's `external_alloc` never waits for a thread it does not have.
