@@ -6,12 +6,14 @@
 //! an import cycle (snapshot -> held, external -> log -> snapshot).
 
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use allocator_api2::vec::Vec as IVec;
 
 use hashbrown::HashMap;
 use serde::{Deserialize, Serialize};
 
-use crate::internal::{Internal, MixBuild};
+use crate::internal::{ForkHeld, Internal, MixBuild};
 use crate::tag::{self, Tag};
 
 /// External memory of one kind held under one tag.
@@ -26,8 +28,10 @@ pub struct ExternalStats {
 }
 
 /// Bytes held per (tag id, kind).
-static HELD: Mutex<HashMap<(u32, &'static str), u64, MixBuild, Internal>> =
-    Mutex::new(HashMap::with_hasher_in(MixBuild::new(), Internal));
+type Held = HashMap<(u32, &'static str), u64, MixBuild, Internal>;
+
+/// What is held now.
+static HELD: Mutex<Held> = Mutex::new(HashMap::with_hasher_in(MixBuild::new(), Internal));
 
 /// Adds `bytes` of `what` to tag `id` (its entry's figure and the registry).
 pub(crate) fn add(id: u32, what: &'static str, bytes: u64) {
@@ -58,16 +62,18 @@ pub(crate) fn remove(id: u32, what: &'static str, bytes: u64) {
 
 /// External memory held now, by tag and kind, largest first.
 pub(crate) fn list() -> Vec<ExternalStats> {
-    let copy: Vec<((u32, &'static str), u64)> = {
+    // Copied into internal memory: HELD's holders never call the global
+    // allocator (see "fork" in `start.rs`).
+    let mut copy: IVec<((u32, &'static str), u64), Internal> = IVec::new_in(Internal);
+    {
         let held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut v = Vec::new();
-        // Allocating while holding HELD is safe: the allocator never takes it.
-        v.extend(held.iter().map(|(k, b)| (*k, *b)));
-        v
-    };
+        if copy.try_reserve(held.len()).is_ok() {
+            copy.extend(held.iter().map(|(k, b)| (*k, *b)));
+        }
+    }
     let mut out: Vec<ExternalStats> = copy
-        .into_iter()
-        .map(|((id, what), bytes)| ExternalStats {
+        .iter()
+        .map(|&((id, what), bytes)| ExternalStats {
             tag: tag::tag_of(id),
             what: what.to_owned(),
             bytes,
@@ -75,4 +81,19 @@ pub(crate) fn list() -> Vec<ExternalStats> {
         .collect();
     out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.what.cmp(&b.what)));
     out
+}
+
+static FORK_HELD: ForkHeld<MutexGuard<'static, Held>> = ForkHeld::new();
+
+/// Locks the registry before a `fork()` (the prepare handler in `start.rs`),
+/// so a child's `external_alloc` never waits for a thread it does not have.
+pub(crate) fn fork_prepare() {
+    // SAFETY: called only from the atfork prepare handler.
+    unsafe { FORK_HELD.hold(HELD.lock().unwrap_or_else(PoisonError::into_inner)) };
+}
+
+/// Unlocks what [`fork_prepare`] locked (atfork parent and child handlers).
+pub(crate) fn fork_release() {
+    // SAFETY: called only from the atfork parent and child handlers.
+    unsafe { FORK_HELD.release() };
 }

@@ -65,6 +65,42 @@ pub(crate) fn leak_zeroed<T>() -> Option<NonNull<T>> {
     Some(p)
 }
 
+/// A lock guard kept across `fork()`: taken by the prepare handler, dropped
+/// by the parent and child handlers (see `start.rs`, "fork").
+///
+/// Only atfork handlers touch it: POSIX runs prepare, then parent (in the
+/// parent) or child (in the child), on the one thread that called `fork()`,
+/// one after the other, so the cell is never accessed concurrently.
+pub(crate) struct ForkHeld<G>(std::cell::UnsafeCell<Option<G>>);
+
+// SAFETY: see the type's docs: accesses are serialized by fork() itself.
+unsafe impl<G> Sync for ForkHeld<G> {}
+
+impl<G> ForkHeld<G> {
+    /// Holds nothing.
+    pub(crate) const fn new() -> Self {
+        ForkHeld(std::cell::UnsafeCell::new(None))
+    }
+
+    /// Keeps `guard` until [`release`](ForkHeld::release).
+    ///
+    /// # Safety
+    /// Only from an atfork prepare handler.
+    pub(crate) unsafe fn hold(&self, guard: G) {
+        // SAFETY: the caller's guarantee (see the type's docs).
+        unsafe { *self.0.get() = Some(guard) };
+    }
+
+    /// Drops the guard kept by [`hold`](ForkHeld::hold), if any.
+    ///
+    /// # Safety
+    /// Only from an atfork parent or child handler.
+    pub(crate) unsafe fn release(&self) {
+        // SAFETY: the caller's guarantee (see the type's docs).
+        drop(unsafe { (*self.0.get()).take() });
+    }
+}
+
 /// The one hasher of addresses and tag keys, shared with the analyzer
 /// (heaptag-format's `hash`): non-allocating, `const`-constructible.
 pub(crate) use heaptag_format::hash::{mix64, MixBuild};

@@ -36,6 +36,7 @@
 //! writer thread, every interval: snapshot (the counters), jemalloc, /proc ----^
 //!
 //! start-up     first allocation: global --> start: settings, clock, tags, fork handlers, mode
+//! fork         start: lock names, held, interning, stacks, table; in the child give back thread slots, stop the log
 //!              before main:      start --> log (HEAPTAG_LOG)
 //! degradation  any module --> health (a leaf: every counter Health reports)
 //! ```
@@ -46,7 +47,7 @@
 //! ```text
 //! module    holds                                          uses
 //! global    the only GlobalAlloc: counts, records, events  start log table tag sampling thread config clock health
-//! start     start-up, in order                             log tag table config clock internal
+//! start     start-up, in order; fork handlers              log held tag table thread config clock internal
 //! external  the annotation API (external_alloc)            log held tag clock
 //! testing   memory assertions for cargo test               log snapshot table tag internal
 //! log/      ring, writer thread, stacks, fingerprints      snapshot tag table jemalloc config clock internal health

@@ -11,7 +11,7 @@
 //!    3. store the settings the hot path reads;
 //!    4. take the clock's origin (record times are relative to it);
 //!    5. intern the untagged tag as id 0;
-//!    6. when tracking is on, install the side table's fork handlers;
+//!    6. when tracking is on, install the fork handlers (below);
 //!    7. publish the mode (`ON` or `OFF`): from here on the hot path runs.
 //!
 //!    Nothing here may allocate through the global allocator (it is the
@@ -23,12 +23,37 @@
 //!    then starts the log writer from the `HEAPTAG_LOG*` environment. A
 //!    program may instead start the log itself with
 //!    [`LogConfig::start`](crate::LogConfig::start).
+//!
+//! # Fork
+//!
+//! A child forked without exec has one thread; every lock held by another
+//! thread at the fork stays locked in it forever. So the prepare handler takes
+//! every lock a child can need, in this fixed order, and the parent and child
+//! handlers release them in reverse:
+//!
+//! 1. stage names (`tag.rs`, `static_name`);
+//! 2. external memory held (`held.rs`);
+//! 3. tag interning (`tag.rs`);
+//! 4. the stack table (`log/stacks.rs`);
+//! 5. the side table's shards, in index order (`table.rs`).
+//!
+//! Deadlock-free because no holder of one of these locks takes another one or
+//! calls the global allocator (their memory comes from the internal heap,
+//! whose `malloc` locks glibc takes after the prepare handlers): the prepare
+//! handler only ever waits for critical sections that finish by themselves.
+//! Taking them in one order anyway keeps it so if that ever changes.
+//!
+//! Left out on purpose: the log writer's state (`WRITER`, `SIDE`). Its holder
+//! (the writer thread) allocates and does I/O for a whole cycle; the child
+//! handler turns the child's log off instead, and nothing in the child
+//! touches them again. In the child, the thread slots of the threads it does
+//! not have are given back. jemalloc has its own fork handlers.
 
 use std::sync::atomic::Ordering;
 
 use crate::config::{self, Settings, HOT, INITIALIZING, OFF, ON, UNINIT};
-use crate::log::LogConfig;
-use crate::{clock, internal, table, tag};
+use crate::log::{self, LogConfig};
+use crate::{clock, held, internal, table, tag, thread};
 
 /// Step 1: starts tracking with `defaults` overridden by the environment and
 /// returns the mode. The first caller does the work; every other caller
@@ -50,12 +75,42 @@ pub(crate) fn tracking(defaults: &Settings) -> u8 {
     clock::init();
     tag::init();
     if settings.enabled {
-        table::install_fork_handlers();
+        install_fork_handlers();
     }
     let mode = if settings.enabled { ON } else { OFF };
     // Release: publishes the settings stored above.
     HOT.mode.store(mode, Ordering::Release);
     mode
+}
+
+extern "C" fn fork_prepare() {
+    tag::fork_prepare_names();
+    held::fork_prepare();
+    tag::fork_prepare_intern();
+    log::stacks::fork_prepare();
+    table::fork_prepare();
+}
+
+extern "C" fn fork_parent() {
+    table::fork_release();
+    log::stacks::fork_release();
+    tag::fork_release_intern();
+    held::fork_release();
+    tag::fork_release_names();
+}
+
+extern "C" fn fork_child() {
+    fork_parent();
+    thread::after_fork_in_child();
+    log::after_fork_in_child();
+}
+
+/// Makes `fork()` safe for every lock a child can touch (see "Fork" above).
+/// Called once, when tracking starts.
+fn install_fork_handlers() {
+    // SAFETY: the handlers are extern "C" functions valid for the life of the
+    // process; pthread_atfork does not call back into the Rust allocator.
+    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
 }
 
 /// A per-run salt from the clock, the pid and ASLR (a stack address).

@@ -19,7 +19,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use hashbrown::HashMap;
 
 use crate::health::{STALE_ENTRIES, TABLE_INSERT_FAILURES};
-use crate::internal::{mix64, Internal, MixBuild};
+use crate::internal::{mix64, ForkHeld, Internal, MixBuild};
 
 const SHARDS: usize = 128;
 
@@ -106,41 +106,27 @@ pub(crate) fn for_each_locked(mut f: impl FnMut(usize, &Entry)) {
     }
 }
 
-/// The shard guards held across a `fork()`, from the prepare handler to the
-/// parent and child handlers, all of which run on the forking thread.
-struct ForkGuards(std::cell::UnsafeCell<[Option<MutexGuard<'static, Map>>; SHARDS]>);
+/// The shard guards held across a `fork()`.
+static FORK_GUARDS: [ForkHeld<MutexGuard<'static, Map>>; SHARDS] = [const { ForkHeld::new() }; SHARDS];
 
-// SAFETY: only the atfork handlers touch the cell, and POSIX runs prepare,
-// then parent (in the parent) or child (in the child), on the one thread that
-// called fork(), one after the other.
-unsafe impl Sync for ForkGuards {}
-
-static FORK_GUARDS: ForkGuards = ForkGuards(std::cell::UnsafeCell::new([const { None }; SHARDS]));
-
-extern "C" fn before_fork() {
-    // SAFETY: see ForkGuards.
-    let guards = unsafe { &mut *FORK_GUARDS.0.get() };
-    for (g, s) in guards.iter_mut().zip(&TABLE) {
-        *g = Some(s.lock().unwrap_or_else(PoisonError::into_inner));
+/// Locks every shard, in index order, before a `fork()` (the prepare
+/// handler in `start.rs`), so a child never inherits a shard locked by a
+/// thread that does not exist in it (its next tracked allocation would wait
+/// forever). Holders of a shard never take another lock nor call the global
+/// allocator, so this cannot wait on a thread that waits on us.
+pub(crate) fn fork_prepare() {
+    for (g, s) in FORK_GUARDS.iter().zip(&TABLE) {
+        // SAFETY: called only from the atfork prepare handler.
+        unsafe { g.hold(s.lock().unwrap_or_else(PoisonError::into_inner)) };
     }
 }
 
-extern "C" fn after_fork() {
-    // SAFETY: see ForkGuards.
-    let guards = unsafe { &mut *FORK_GUARDS.0.get() };
-    for g in guards.iter_mut() {
-        *g = None;
+/// Unlocks what [`fork_prepare`] locked (atfork parent and child handlers).
+pub(crate) fn fork_release() {
+    for g in FORK_GUARDS.iter().rev() {
+        // SAFETY: called only from the atfork parent and child handlers.
+        unsafe { g.release() };
     }
-}
-
-/// Makes `fork()` safe for the table: every shard is locked just before the
-/// fork and released in both processes after it, so a child never inherits a
-/// shard locked by a thread that does not exist in it (its next tracked
-/// allocation would wait forever). Called once, when tracking starts.
-pub(crate) fn install_fork_handlers() {
-    // SAFETY: the handlers are extern "C" functions valid for the life of the
-    // process; pthread_atfork does not call back into the Rust allocator.
-    unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(after_fork)) };
 }
 
 /// Number of entries, for overhead reports.

@@ -10,13 +10,15 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use allocator_api2::vec::Vec as IVec;
 
 use hashbrown::{HashMap, HashSet};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::health::TAG_OVERFLOW;
-use crate::internal::{leak_zeroed, Internal, MixBuild};
+use crate::internal::{leak_zeroed, ForkHeld, Internal, MixBuild};
 use crate::thread;
 
 /// What an allocation is charged to: an optional job, stage and partition.
@@ -163,18 +165,32 @@ impl<'de> Deserialize<'de> for Tag {
 /// Returns a `'static` copy of `name`, leaking each distinct name once.
 ///
 /// Stage names are `&'static str` so the hot path never owns strings; names
-/// read back from a serialized snapshot go through here.
+/// read back from a serialized snapshot go through here. The copies live on
+/// heaptag's internal heap (counted as its overhead), so the lock is never
+/// held across a call into the global allocator (see "fork" in `start.rs`).
 pub fn static_name(name: &str) -> &'static str {
-    static NAMES: Mutex<HashSet<&'static str, MixBuild, Internal>> =
-        Mutex::new(HashSet::with_hasher_in(MixBuild::new(), Internal));
     let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(n) = names.get(name) {
         return n;
     }
-    let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    let mut copy: IVec<u8, Internal> = IVec::new_in(Internal);
+    if copy.try_reserve_exact(name.len()).is_err() || names.try_reserve(1).is_err() {
+        // No internal memory: an unshared copy from the global allocator,
+        // made after the lock is released.
+        drop(names);
+        return Box::leak(name.to_owned().into_boxed_str());
+    }
+    copy.extend_from_slice(name.as_bytes());
+    let bytes: &'static [u8] = copy.leak();
+    // SAFETY: `bytes` is a byte-for-byte copy of the `str` `name`.
+    let leaked = unsafe { std::str::from_utf8_unchecked(bytes) };
     names.insert(leaked);
     leaked
 }
+
+/// The names leaked by [`static_name`].
+static NAMES: Mutex<HashSet<&'static str, MixBuild, Internal>> =
+    Mutex::new(HashSet::with_hasher_in(MixBuild::new(), Internal));
 
 /// Restores the previous tag of the calling thread when dropped.
 ///
@@ -331,6 +347,35 @@ static TAG_COUNT: AtomicU32 = AtomicU32::new(0);
 
 static INTERN: Mutex<HashMap<Tag, u32, MixBuild, Internal>> =
     Mutex::new(HashMap::with_hasher_in(MixBuild::new(), Internal));
+
+static FORK_INTERN: ForkHeld<MutexGuard<'static, HashMap<Tag, u32, MixBuild, Internal>>> = ForkHeld::new();
+static FORK_NAMES: ForkHeld<MutexGuard<'static, HashSet<&'static str, MixBuild, Internal>>> = ForkHeld::new();
+
+/// Locks the stage names before a `fork()` (the prepare handler in
+/// `start.rs`): a child that names a stage must not find them locked by a
+/// thread that does not exist in it. Holders use only the internal heap.
+pub(crate) fn fork_prepare_names() {
+    // SAFETY: called only from the atfork prepare handler.
+    unsafe { FORK_NAMES.hold(NAMES.lock().unwrap_or_else(PoisonError::into_inner)) };
+}
+
+/// Locks the interning map before a `fork()`, for the same reason.
+pub(crate) fn fork_prepare_intern() {
+    // SAFETY: called only from the atfork prepare handler.
+    unsafe { FORK_INTERN.hold(INTERN.lock().unwrap_or_else(PoisonError::into_inner)) };
+}
+
+/// Unlocks what [`fork_prepare_intern`] locked (parent and child handlers).
+pub(crate) fn fork_release_intern() {
+    // SAFETY: called only from the atfork parent and child handlers.
+    unsafe { FORK_INTERN.release() };
+}
+
+/// Unlocks what [`fork_prepare_names`] locked (parent and child handlers).
+pub(crate) fn fork_release_names() {
+    // SAFETY: called only from the atfork parent and child handlers.
+    unsafe { FORK_NAMES.release() };
+}
 
 /// The entry of a published id, or `None` when the id is unknown.
 #[inline]

@@ -389,3 +389,17 @@ pub(crate) fn swap_tag(id: u32) -> u32 {
 pub(crate) fn slots_in_use() -> usize {
     SLOTS.iter().filter(|s| s.in_use.load(Ordering::Relaxed)).count()
 }
+
+/// In a forked child (the atfork child handler in `start.rs`): gives back
+/// the slots of every thread but the calling one, the only thread a child
+/// has, so the child's own threads can reuse them. Their counts stay in the
+/// slots and keep adding up, as when a thread exits.
+pub(crate) fn after_fork_in_child() {
+    let own = STATE.try_with(|s| s.own.get()).unwrap_or(ptr::null());
+    for slot in &SLOTS {
+        if !ptr::eq(slot, own) {
+            // Release: as when an exiting thread gives its slot back.
+            slot.in_use.store(false, Ordering::Release);
+        }
+    }
+}

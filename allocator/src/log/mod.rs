@@ -10,8 +10,10 @@
 //! drops the event and counts it. The writer wakes every few milliseconds,
 //! encodes what it drained into one frame (see `heaptag-format`) and writes
 //! it with one `write(2)`, so after a crash or SIGKILL the file is readable up
-//! to the last frame written. When a write fails (disk full, I/O error) the
-//! frame's events are counted as dropped and the program goes on.
+//! to the last frame written. When a write fails (disk full, I/O error, a
+//! file size limit) the frame's events are counted as dropped, the tag and
+//! stack definitions it carried are sent again before the next record, and
+//! the program goes on.
 //!
 //! Logging starts from `HEAPTAG_LOG=path` (read by start-up's constructor
 //! before `main`, see `start.rs`) or from [`LogConfig::start`]. [`finish`] flushes, fingerprints the
@@ -150,6 +152,13 @@ pub enum LogError {
     Exists(PathBuf),
     /// The path is a symbolic link, which heaptag never follows.
     Symlink(PathBuf),
+    /// Overwriting was allowed but the path is not a regular file (a FIFO, a
+    /// device, a socket): heaptag replaces only regular files, and never
+    /// blocks opening one.
+    NotRegular(PathBuf),
+    /// Overwriting was allowed but the file belongs to another user:
+    /// heaptag replaces only files owned by the effective user.
+    NotOwned(PathBuf),
     /// The file could not be created or written.
     Io(PathBuf, std::io::Error),
     /// An environment variable has a value that does not parse.
@@ -179,6 +188,16 @@ impl fmt::Display for LogError {
                 p.display()
             ),
             LogError::Symlink(p) => write!(f, "{} is a symbolic link: heaptag never follows one", p.display()),
+            LogError::NotRegular(p) => write!(
+                f,
+                "{} is not a regular file (a FIFO, device or socket?): heaptag overwrites only regular files",
+                p.display()
+            ),
+            LogError::NotOwned(p) => write!(
+                f,
+                "{} belongs to another user: heaptag overwrites only files of the user it runs as",
+                p.display()
+            ),
             LogError::Io(p, e) => write!(f, "cannot write {}: {e}", p.display()),
             LogError::BadEnv { name, value, expected } => {
                 write!(f, "{name}={value}: expected {expected}")
@@ -266,7 +285,12 @@ impl LogConfig {
         })())
     }
 
-    /// Replace an existing regular file at the path (never a symlink).
+    /// Replace an existing file at the path: only a regular file owned by
+    /// the effective user, opened without blocking, its mode reset to 0600;
+    /// never a symlink (a FIFO, a device or another user's file is refused
+    /// with [`LogError::NotRegular`] or [`LogError::NotOwned`]). Symbolic
+    /// links in the path's parent directories are followed: choosing them is
+    /// the user's business.
     pub fn overwrite(mut self, yes: bool) -> Self {
         self.overwrite = yes;
         self
@@ -417,7 +441,18 @@ fn expand(path: &Path) -> PathBuf {
     PathBuf::from(out)
 }
 
-/// Registers the exit flush and the fork handler, once.
+/// In a forked child (the atfork child handler in `start.rs`): the child
+/// never writes into its parent's file, so a log that was on (or starting)
+/// stops. Nothing in the child touches the writer's state (WRITER, SIDE)
+/// again: their locks may be held by threads that do not exist in it, which
+/// is why the prepare handler does not take them.
+pub(crate) fn after_fork_in_child() {
+    if STATE.load(Ordering::Relaxed) != OFF {
+        STATE.store(FORKED, Ordering::Relaxed);
+    }
+}
+
+/// Registers the exit flush, once.
 fn install_hooks() {
     static DONE: AtomicBool = AtomicBool::new(false);
     if DONE.swap(true, Ordering::AcqRel) {
@@ -426,18 +461,9 @@ fn install_hooks() {
     extern "C" fn at_exit() {
         finish();
     }
-    extern "C" fn in_child() {
-        // The child never writes into the parent's file; its copy of the
-        // writer's lock may be held by a thread that does not exist here, so
-        // nothing touches it again.
-        STATE.store(FORKED, Ordering::Relaxed);
-    }
-    // SAFETY: both are plain extern "C" functions with no arguments, valid for
-    // the life of the process.
-    unsafe {
-        libc::atexit(at_exit);
-        libc::pthread_atfork(None, None, Some(in_child));
-    }
+    // SAFETY: a plain extern "C" function with no arguments, valid for the
+    // life of the process.
+    unsafe { libc::atexit(at_exit) };
 }
 
 /// What [`finish`] wrote.

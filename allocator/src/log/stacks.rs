@@ -7,13 +7,13 @@
 //! each stack's definition once, before its first use.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use allocator_api2::vec::Vec as IVec;
 use hashbrown::HashMap;
 
 use crate::health::STACKS_NOT_STORED;
-use crate::internal::{mix64, Internal, MixBuild};
+use crate::internal::{mix64, ForkHeld, Internal, MixBuild};
 
 /// Deepest stack recorded.
 pub(crate) const MAX_DEPTH: usize = 128;
@@ -128,10 +128,34 @@ pub(crate) fn each(from: u32, to: u32, mut f: impl FnMut(u32, &[u64])) {
 
 /// Every distinct frame address, for symbolization at `finish()`.
 pub(crate) fn all_frames() -> Vec<u64> {
-    let t = TABLE.lock().unwrap_or_else(PoisonError::into_inner);
-    let mut v: Vec<u64> = t.frames.iter().copied().collect();
-    drop(t);
+    // Copied into internal memory first: the table's holders never call the
+    // global allocator (an allocation could capture a stack, and see "fork"
+    // in `start.rs`).
+    let mut copy: IVec<u64, Internal> = IVec::new_in(Internal);
+    {
+        let t = TABLE.lock().unwrap_or_else(PoisonError::into_inner);
+        if copy.try_reserve(t.frames.len()).is_ok() {
+            copy.extend_from_slice(&t.frames);
+        }
+    }
+    let mut v: Vec<u64> = copy.to_vec();
+    drop(copy);
     v.sort_unstable();
     v.dedup();
     v
+}
+
+static FORK_TABLE: ForkHeld<MutexGuard<'static, Table>> = ForkHeld::new();
+
+/// Locks the stack table before a `fork()` (the prepare handler in
+/// `start.rs`). Its holders use only the internal heap and take no other lock.
+pub(crate) fn fork_prepare() {
+    // SAFETY: called only from the atfork prepare handler.
+    unsafe { FORK_TABLE.hold(TABLE.lock().unwrap_or_else(PoisonError::into_inner)) };
+}
+
+/// Unlocks what [`fork_prepare`] locked (atfork parent and child handlers).
+pub(crate) fn fork_release() {
+    // SAFETY: called only from the atfork parent and child handlers.
+    unsafe { FORK_TABLE.release() };
 }

@@ -99,8 +99,21 @@ pub(crate) struct Writer {
     batch: IVec<Event, Internal>,
     /// Events in `payload` (lost if its write fails).
     pending_events: u64,
+    /// Tags `0..tags_sent` are defined in the file or in the frame being
+    /// built; stacks `1..=stacks_sent` likewise.
     tags_sent: u32,
     stacks_sent: u32,
+    /// The same, as of the last frame written: a failed write rolls the
+    /// counts above back to these, so its definitions are sent again.
+    tags_written: u32,
+    stacks_written: u32,
+    /// A write failed outside `send_definitions`: definitions go out again
+    /// before the next record that may use them.
+    resend: bool,
+    /// `send_definitions` is running (it does not call itself).
+    in_definitions: bool,
+    /// Failed frame writes so far.
+    failures: u64,
     interval_ns: u64,
     last_sample_ns: u64,
     last_dropped: u64,
@@ -112,7 +125,9 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// Creates the file (0600, never through a symlink) and writes the header.
+    /// Creates the file (0600, never through a symlink), or with overwrite
+    /// takes over an existing regular file of ours (see [`take_over`]), and
+    /// writes the header.
     pub(crate) fn open(cfg: &LogConfig) -> Result<Writer, LogError> {
         let path = cfg.resolved_path();
         if let Ok(m) = std::fs::symlink_metadata(&path) {
@@ -125,11 +140,14 @@ impl Writer {
         }
         let c = CString::new(path.as_os_str().as_bytes())
             .map_err(|e| LogError::Io(path.clone(), std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
+        // Overwriting opens without O_TRUNC and without blocking (a FIFO with
+        // no reader would block forever; with one, gives ENXIO or a FIFO),
+        // and checks what it opened before changing anything.
         let flags = libc::O_WRONLY
             | libc::O_CREAT
             | libc::O_CLOEXEC
             | libc::O_NOFOLLOW
-            | if cfg.overwrite { libc::O_TRUNC } else { libc::O_EXCL };
+            | if cfg.overwrite { libc::O_NONBLOCK } else { libc::O_EXCL };
         // SAFETY: `c` is a valid NUL-terminated path; the mode argument is
         // required with O_CREAT.
         let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600 as libc::c_uint) };
@@ -138,8 +156,17 @@ impl Writer {
             return Err(match e.raw_os_error() {
                 Some(libc::EEXIST) => LogError::Exists(path),
                 Some(libc::ELOOP) => LogError::Symlink(path),
+                // O_NONBLOCK on a FIFO with no reader.
+                Some(libc::ENXIO) => LogError::NotRegular(path),
                 _ => LogError::Io(path, e),
             });
+        }
+        if cfg.overwrite {
+            if let Err(e) = take_over(fd, &path) {
+                // SAFETY: `fd` is the descriptor opened above, closed once.
+                unsafe { libc::close(fd) };
+                return Err(e);
+            }
         }
         let mut w = Writer {
             fd,
@@ -151,6 +178,11 @@ impl Writer {
             pending_events: 0,
             tags_sent: 0,
             stacks_sent: 0,
+            tags_written: 0,
+            stacks_written: 0,
+            resend: false,
+            in_definitions: false,
+            failures: 0,
             interval_ns: cfg.interval.as_nanos().min(u128::from(u64::MAX)) as u64,
             last_sample_ns: 0,
             last_dropped: 0,
@@ -206,19 +238,27 @@ impl Writer {
             time_ns: clock::now_ns(),
             events: super::dropped(),
         }));
-        // SAFETY: `frame` is valid for its length; `fd` is open; pwrite does
-        // not move the file offset used by the appending writes.
-        unsafe {
-            libc::pwrite(
-                self.fd,
-                frame.v.as_ptr().cast(),
-                frame.v.len(),
-                self.reserve_at as libc::off_t,
-            )
-        };
+        quietly(|| {
+            // SAFETY: `frame` is valid for its length; `fd` is open; pwrite
+            // does not move the file offset used by the appending writes.
+            unsafe {
+                libc::pwrite(
+                    self.fd,
+                    frame.v.as_ptr().cast(),
+                    frame.v.len(),
+                    self.reserve_at as libc::off_t,
+                )
+            }
+        });
     }
 
-    fn write_all(&self, mut buf: &[u8]) -> std::io::Result<()> {
+    /// Writes all of `buf` at the file's offset (SIGXFSZ and SIGPIPE held
+    /// off: a file size limit gives EFBIG, see [`quietly`]).
+    fn write_all(&self, buf: &[u8]) -> std::io::Result<()> {
+        quietly(|| self.write_all_raw(buf))
+    }
+
+    fn write_all_raw(&self, mut buf: &[u8]) -> std::io::Result<()> {
         while !buf.is_empty() {
             // SAFETY: `buf` is valid for `buf.len()` bytes; `fd` is open.
             let n = unsafe { libc::write(self.fd, buf.as_ptr().cast(), buf.len()) };
@@ -238,14 +278,20 @@ impl Writer {
     }
 
     /// Adds a record to the frame being built; one that does not fit in
-    /// memory is dropped whole and counted as lost.
-    fn put(&mut self, r: RecordRef<'_>) {
-        if !self.enc.push(r) {
+    /// memory is dropped whole and counted as lost (false). After a failed
+    /// write, the definitions it lost go first.
+    fn put(&mut self, r: RecordRef<'_>) -> bool {
+        if self.resend && !self.in_definitions {
+            self.send_definitions();
+        }
+        let pushed = self.enc.push(r);
+        if !pushed {
             LOG_EVENTS_LOST.fetch_add(1, Ordering::Relaxed);
         }
         if self.enc.len() >= FRAME_TARGET {
             self.flush();
         }
+        pushed
     }
 
     /// Writes the pending records as one frame. On failure its events are
@@ -268,9 +314,18 @@ impl Writer {
             true => {
                 self.bytes += self.frame.v.len() as u64;
                 self.events += self.pending_events;
+                self.tags_written = self.tags_sent;
+                self.stacks_written = self.stacks_sent;
             }
             false => {
                 LOG_EVENTS_LOST.fetch_add(self.pending_events, Ordering::Relaxed);
+                // The definitions in the lost frame never reached the file:
+                // send them again (before the next record, or by the next
+                // `send_definitions` when this one is the one that failed).
+                self.tags_sent = self.tags_written;
+                self.stacks_sent = self.stacks_written;
+                self.failures += 1;
+                self.resend = !self.in_definitions;
                 // Cut a partly written frame off the end, so the file stays a
                 // clean sequence of whole frames, and say what was lost.
                 // SAFETY: `fd` is open; both calls only change this file.
@@ -284,30 +339,62 @@ impl Writer {
         self.pending_events = 0;
     }
 
-    /// Sends definitions of tags and stacks created since the last call.
+    /// Sends definitions of tags and stacks created (or lost to a failed
+    /// write) since the last call. Stops at the first record that cannot be
+    /// encoded or whose frame fails to write: the rest go out next time, so
+    /// every definition reaches the file once, in order, and a disk that keeps
+    /// failing costs one attempt per call.
     fn send_definitions(&mut self) {
+        self.resend = false;
+        self.in_definitions = true;
+        let failures = self.failures;
         let tags = tag::count();
-        for id in self.tags_sent..tags {
+        while self.tags_sent < tags {
+            let id = self.tags_sent;
             let t = tag::tag_of(id);
-            self.put(RecordRef::TagDef {
+            // Counted as sent before the push: a frame flushed by it holds it.
+            self.tags_sent = id + 1;
+            let pushed = self.put(RecordRef::TagDef {
                 id,
                 job: t.job,
                 partition: t.partition,
                 stage: t.stage,
             });
+            if self.failures != failures || !pushed {
+                // A failed write rolled the count back; a record that did
+                // not fit was never in a frame.
+                if self.failures == failures {
+                    self.tags_sent = id;
+                }
+                self.in_definitions = false;
+                return;
+            }
         }
-        self.tags_sent = self.tags_sent.max(tags);
         let stacks = stacks::count();
         if stacks > self.stacks_sent {
+            let mut stop = false;
             stacks::each(self.stacks_sent + 1, stacks, |id, frames| {
-                self.put(RecordRef::StackDef { id, frames });
+                // Ids come in order; stop at the first one not sent.
+                if stop || id != self.stacks_sent + 1 {
+                    stop = true;
+                    return;
+                }
+                // As for tags above.
+                self.stacks_sent = id;
+                let pushed = self.put(RecordRef::StackDef { id, frames });
+                if self.failures != failures || !pushed {
+                    if self.failures == failures {
+                        self.stacks_sent = id - 1;
+                    }
+                    stop = true;
+                }
             });
-            self.stacks_sent = stacks;
         }
+        self.in_definitions = false;
     }
 
     fn event(&mut self, ev: &Event) {
-        self.put(ev.borrowed());
+        let _ = self.put(ev.borrowed());
         if ev.kind().is_event() {
             self.pending_events += 1;
         }
@@ -471,6 +558,95 @@ impl Writer {
     }
 }
 
+/// Makes the file opened (with O_NONBLOCK) for overwriting ours: only a
+/// regular file owned by the effective user is taken; it is emptied, its
+/// mode set to 0600 and its descriptor made blocking again.
+fn take_over(fd: libc::c_int, path: &std::path::Path) -> Result<(), LogError> {
+    let io = |e| Err(LogError::Io(path.to_path_buf(), e));
+    // SAFETY: plain data, filled in by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is open; `st` is a valid stat buffer.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return io(std::io::Error::last_os_error());
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(LogError::NotRegular(path.to_path_buf()));
+    }
+    // SAFETY: geteuid has no preconditions.
+    if st.st_uid != unsafe { libc::geteuid() } {
+        return Err(LogError::NotOwned(path.to_path_buf()));
+    }
+    // SAFETY: `fd` is an open regular file; these change only it.
+    let ok = unsafe {
+        libc::ftruncate(fd, 0) == 0 && libc::fchmod(fd, 0o600) == 0 && {
+            let fl = libc::fcntl(fd, libc::F_GETFL);
+            fl >= 0 && libc::fcntl(fd, libc::F_SETFL, fl & !libc::O_NONBLOCK) == 0
+        }
+    };
+    if !ok {
+        return io(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The signals a write to the log can raise: SIGXFSZ (past `RLIMIT_FSIZE`,
+/// `ulimit -f`) and SIGPIPE. Both terminate the process by default.
+const FAULT_SIGNALS: [libc::c_int; 2] = [libc::SIGXFSZ, libc::SIGPIPE];
+
+/// A signal set of `signals`.
+fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset initialises it before use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a valid sigset_t; the signals are valid numbers.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for &s in signals {
+            libc::sigaddset(&mut set, s);
+        }
+    }
+    set
+}
+
+/// Runs `write` (a write to the log file) with SIGXFSZ and SIGPIPE blocked
+/// on the calling thread, whichever it is (the writer thread, or the thread
+/// running `finish()` or starting the log): past a file size limit the write
+/// fails with EFBIG instead of killing the host, and the events are counted
+/// as dropped. A signal that became pending because of this write is
+/// consumed before the thread's previous mask is restored, so the program
+/// never sees it; one that was pending before is left alone. Signal
+/// dispositions are never changed.
+fn quietly<T>(write: impl FnOnce() -> T) -> T {
+    let block = sigset(&FAULT_SIGNALS);
+    // SAFETY: plain data, filled in by the calls below before being read.
+    let (mut old, mut before, mut after): (libc::sigset_t, libc::sigset_t, libc::sigset_t) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed(), std::mem::zeroed()) };
+    // SAFETY: valid sigset_t pointers; only the calling thread's mask changes.
+    let blocked = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old) } == 0;
+    // SAFETY: `before` is a valid sigset_t.
+    let have_before = blocked && unsafe { libc::sigpending(&mut before) } == 0;
+    let r = write();
+    if !blocked {
+        return r;
+    }
+    // SAFETY: `after` is a valid sigset_t.
+    if have_before && unsafe { libc::sigpending(&mut after) } == 0 {
+        for s in FAULT_SIGNALS {
+            // SAFETY: valid sigset_t pointers and signal numbers.
+            let raised = unsafe { libc::sigismember(&after, s) == 1 && libc::sigismember(&before, s) != 1 };
+            if raised {
+                let one = sigset(&[s]);
+                let now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+                // SAFETY: valid pointers; a zero timeout only polls. The
+                // signal is blocked, so it is taken off the pending set.
+                unsafe { libc::sigtimedwait(&one, std::ptr::null_mut(), &now) };
+            }
+        }
+    }
+    // SAFETY: restores the mask saved above, on the same thread.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    r
+}
+
 /// The reserve frame (number 0): `record`, padded to exactly `RESERVE`
 /// payload bytes.
 fn reserve_frame(record: Option<RecordRef<'_>>) -> IBuf {
@@ -488,6 +664,12 @@ fn reserve_frame(record: Option<RecordRef<'_>>) -> IBuf {
 /// The writer thread: a cycle every `tick` until the log finishes.
 pub(crate) fn run(tick: Duration) {
     let _tag = writer_tag().enter();
+    // The writer thread never takes SIGXFSZ or SIGPIPE: its writes get EFBIG
+    // or EPIPE. (Every write also goes through `quietly`, for the threads
+    // that write the header and the end.)
+    let block = sigset(&FAULT_SIGNALS);
+    // SAFETY: a valid sigset_t; changes only this thread's mask.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &block, std::ptr::null_mut()) };
     loop {
         std::thread::sleep(tick);
         if STATE.load(Ordering::Acquire) != super::ON {
