@@ -206,6 +206,11 @@ pub fn check(
     writing_baseline: bool,
 ) -> Result<CheckReport, CheckError> {
     let mut outcomes = Vec::new();
+    let cx = Ctx {
+        policy,
+        baseline,
+        writing_baseline,
+    };
     let allowed = |stage: &str, site: &str| policy.allows_identical(stage, site);
     let dups: Vec<dups::Dups> = models.iter().map(|m| dups::analyze_allowing(m, &allowed)).collect();
     for rule in &policy.rules {
@@ -221,16 +226,7 @@ pub fn check(
                     .any(|(stack, _)| rule.selector.matches_site(&site_name(m, stack)));
             selected_anything |= !selected_tags.is_empty() && site_ok;
             for limit in &rule.limits {
-                outcomes.push(evaluate(
-                    policy,
-                    rule,
-                    limit,
-                    m,
-                    d,
-                    &selected_tags,
-                    baseline,
-                    writing_baseline,
-                )?);
+                outcomes.push(evaluate(&cx, rule, limit, m, d, &selected_tags)?);
             }
         }
         if policy.strict && !selected_anything {
@@ -251,16 +247,22 @@ pub fn check(
     })
 }
 
+/// What every rule's evaluation shares: the policy and the baseline.
+struct Ctx<'a> {
+    policy: &'a Policy,
+    baseline: Option<&'a Baseline>,
+    writing_baseline: bool,
+}
+
 fn evaluate(
-    policy: &Policy,
+    cx: &Ctx<'_>,
     rule: &Rule,
     limit: &Limit,
     m: &Model,
     d: &dups::Dups,
     tags: &[u32],
-    baseline: Option<&Baseline>,
-    writing_baseline: bool,
 ) -> Result<Outcome, CheckError> {
+    let (policy, baseline, writing_baseline) = (cx.policy, cx.baseline, cx.writing_baseline);
     let mut offenders = Vec::new();
     let (allowed, found, passed) = match *limit {
         Limit::MaxCopies(max) => {
