@@ -69,7 +69,9 @@ mod tests {
 
     #[test]
     fn range_and_shift_agree_with_crc32fast() {
-        let data: Vec<u8> = (0..5000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        let data: Vec<u8> = (0..5000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
         for (a, b) in [(0, 0), (0, 1), (3, 4), (17, 4000), (100, 5000), (4999, 5000), (0, 5000)] {
             let s = crc32fast::hash(&data[..a]);
             let e = crc32fast::hash(&data[..b]);

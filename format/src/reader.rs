@@ -225,6 +225,8 @@ pub struct LogReader<R> {
     frames: u64,
     payload_bytes: u64,
     examined: u64,
+    /// Offset of the record `next` returned last.
+    last_record: u64,
 }
 
 impl LogReader<File> {
@@ -286,6 +288,7 @@ impl<R: Read> LogReader<R> {
             frames: 0,
             payload_bytes: 0,
             examined: 0,
+            last_record: 0,
         })
     }
 
@@ -325,6 +328,11 @@ impl<R: Read> LogReader<R> {
     /// file's size, whatever the file holds (the bound tests assert).
     pub fn bytes_examined(&self) -> u64 {
         self.examined
+    }
+
+    /// Byte offset of the record [`next`](Iterator::next) returned last.
+    pub fn record_offset(&self) -> u64 {
+        self.last_record
     }
 
     /// Reports a read error met by the window, if any; true if there was one.
@@ -593,6 +601,7 @@ impl<R: Read> Iterator for LogReader<R> {
                         if r.kind() == Kind::End {
                             self.ended = true;
                         }
+                        self.last_record = base;
                         return Some(r);
                     }
                     Ok(Decoded::Unknown { .. }) => {
