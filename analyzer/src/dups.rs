@@ -112,6 +112,96 @@ fn stage_name(k: &TagKey) -> String {
 /// Most copies alive at once: (copies, first time reached, when it ended,
 /// the intervals alive then, and per stage the most copies alive while that
 /// stage held one).
+/// The values of the moments so far, for "largest since moment `a`" in
+/// O(log n): a stack of (moment, value) with decreasing values.
+#[derive(Default)]
+struct MaxStack {
+    stack: Vec<(usize, u64)>,
+    moments: usize,
+}
+
+impl MaxStack {
+    fn push(&mut self, v: u64) {
+        while self.stack.last().is_some_and(|&(_, w)| w <= v) {
+            self.stack.pop();
+        }
+        self.stack.push((self.moments, v));
+        self.moments += 1;
+    }
+
+    /// Largest value of the moments from `a` on.
+    fn max_since(&self, a: usize) -> u64 {
+        let i = self.stack.partition_point(|&(m, _)| m < a);
+        self.stack.get(i).map_or(0, |&(_, v)| v)
+    }
+}
+
+/// For each key (stage or tag): how many of a group's blocks it holds, the
+/// moment its current run of holding began, and the largest number of
+/// copies alive at a moment while it held one.
+struct HeldMax<K> {
+    held: std::collections::HashMap<K, (i64, Option<usize>)>,
+    changed: Vec<K>,
+    result: BTreeMap<K, u64>,
+}
+
+impl<K> Default for HeldMax<K> {
+    fn default() -> Self {
+        HeldMax {
+            held: Default::default(),
+            changed: Vec::new(),
+            result: BTreeMap::new(),
+        }
+    }
+}
+
+impl<K: Copy + Ord + std::hash::Hash> HeldMax<K> {
+    fn add(&mut self, k: K, d: i64) {
+        self.held.entry(k).or_insert((0, None)).0 += d;
+        self.changed.push(k);
+    }
+
+    /// A moment ends with `cur` copies alive. The tables share `moments`:
+    /// the one called with `push` last records the moment.
+    fn moment(&mut self, moments: &mut MaxStack, cur: u64, push: bool) {
+        let now = moments.moments;
+        let changed = std::mem::take(&mut self.changed);
+        // Runs that ended before this moment: close their range.
+        for &k in &changed {
+            if let Some((c, open)) = self.held.get_mut(&k) {
+                if *c <= 0 {
+                    if let Some(a) = open.take() {
+                        let v = moments.max_since(a);
+                        let e = self.result.entry(k).or_default();
+                        *e = (*e).max(v);
+                    }
+                }
+            }
+        }
+        for &k in &changed {
+            if let Some((c, open)) = self.held.get_mut(&k) {
+                if *c > 0 && open.is_none() {
+                    *open = Some(now);
+                }
+            }
+        }
+        if push {
+            moments.push(cur);
+        }
+    }
+
+    /// Closes the runs still open at the last moment.
+    fn finish(&mut self, moments: &MaxStack) {
+        for (k, (_, open)) in self.held.iter_mut() {
+            if let Some(a) = open.take() {
+                let v = moments.max_since(a);
+                let e = self.result.entry(*k).or_default();
+                *e = (*e).max(v);
+            }
+        }
+    }
+}
+
 #[allow(clippy::type_complexity)]
 fn sweep<'a>(
     items: &[&'a Interval],
@@ -132,29 +222,21 @@ fn sweep<'a>(
         ev.push((i.end.unwrap_or(u64::MAX), -1, k));
     }
     ev.sort();
-    let mut held: BTreeMap<&str, i64> = BTreeMap::new();
-    let mut held_tag: BTreeMap<u32, i64> = BTreeMap::new();
-    let mut by_stage: BTreeMap<String, u64> = BTreeMap::new();
-    let mut by_tag: BTreeMap<u32, u64> = BTreeMap::new();
+    // Per stage and per tag, the most copies alive at a moment while it held
+    // one: kept per run of moments it held any (a range maximum), not by
+    // visiting every holder at every moment (quadratic with many tags).
+    let mut held: HeldMax<&str> = HeldMax::default();
+    let mut held_tag: HeldMax<u32> = HeldMax::default();
+    let mut moments = MaxStack::default();
     let (mut cur, mut best, mut best_t, mut until) = (0i64, 0i64, 0u64, None);
     for (n, &(t, d, k)) in ev.iter().enumerate() {
         cur += i64::from(d);
-        *held.entry(stages[k].as_str()).or_default() += i64::from(d);
-        *held_tag.entry(items[k].tag).or_default() += i64::from(d);
+        held.add(stages[k].as_str(), i64::from(d));
+        held_tag.add(items[k].tag, i64::from(d));
         // Judge a moment once all events at the same instant are applied.
         if ev.get(n + 1).is_none_or(|next| next.0 != t) {
-            for (st, &c) in &held {
-                if c > 0 {
-                    let e = by_stage.entry((*st).to_string()).or_default();
-                    *e = (*e).max(cur as u64);
-                }
-            }
-            for (tag, &c) in &held_tag {
-                if c > 0 {
-                    let e = by_tag.entry(*tag).or_default();
-                    *e = (*e).max(cur as u64);
-                }
-            }
+            held.moment(&mut moments, cur.max(0) as u64, false);
+            held_tag.moment(&mut moments, cur.max(0) as u64, true);
         }
         if cur > best {
             best = cur;
@@ -164,6 +246,10 @@ fn sweep<'a>(
             until = Some(t);
         }
     }
+    held.finish(&moments);
+    held_tag.finish(&moments);
+    let by_stage: BTreeMap<String, u64> = held.result.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    let by_tag = held_tag.result;
     // Open lifetimes end at u64::MAX: a "drop" there is the end of the log.
     let until = until.filter(|&t| t != u64::MAX && t <= end_of_log);
     let alive = items
