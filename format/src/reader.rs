@@ -503,7 +503,7 @@ impl<R: Read> LogReader<R> {
             }
             let hi = stop.min(avail - 3);
             let found = find_sync(self.win.slice(scan, hi + 3)).map(|i| scan + i as u64);
-            self.examined += hi.saturating_sub(scan);
+            self.examined += found.unwrap_or(hi).saturating_sub(scan);
             match found {
                 None => scan = hi.max(scan),
                 Some(p) => {
