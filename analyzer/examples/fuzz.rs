@@ -73,7 +73,7 @@ fn mutate(rng: &mut Rng, input: &[u8], corpus: &[Vec<u8>]) -> Vec<u8> {
                     }
                 }
             }
-            3 | 4 | 5 if s.len() >= 2 => {
+            3..=5 if s.len() >= 2 => {
                 // Whole frames: delete, duplicate or swap two.
                 let i = rng.below(s.len() - 1);
                 let (a, e) = (s[i], s[i + 1]);
