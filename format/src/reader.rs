@@ -348,6 +348,8 @@ impl<R: Read> LogReader<R> {
     }
 
     /// Finds the next intact frame and makes it current; false at the end.
+    /// Once per frame: kept out of line, so the record loop stays small.
+    #[inline(never)]
     fn next_frame(&mut self) -> bool {
         loop {
             let start = self.offset;
@@ -439,6 +441,8 @@ impl<R: Read> LogReader<R> {
     /// running CRC passes over the range once; a candidate's CRC follows
     /// from the running value at its payload's start and end (`crc::range`),
     /// so each byte is scanned once and checksummed once.
+    #[cold]
+    #[inline(never)]
     fn resync(&mut self, damage: u64, from: u64, truncated: bool) -> bool {
         let hl = self.head_len as u64;
         let mut pending: VecDeque<Candidate> = VecDeque::new();
@@ -556,6 +560,18 @@ impl<R: Read> LogReader<R> {
         false
     }
 
+    /// A record after the End record: damage (frames appended or moved);
+    /// counted, not used.
+    #[cold]
+    #[inline(never)]
+    fn after_end(&mut self, at: u64, len: u64) {
+        if self.after_end.0 == 0 {
+            self.after_end.1 = at;
+        }
+        self.after_end.0 += 1;
+        self.after_end.2 += len;
+    }
+
     fn problem(&mut self, offset: u64, kind: ProblemKind, skipped: u64) {
         self.after_damage |= kind == ProblemKind::CorruptFrame;
         self.problems.push(Problem { offset, kind, skipped });
@@ -582,20 +598,14 @@ impl<R: Read> Iterator for LogReader<R> {
         loop {
             if self.pos < self.frame_len {
                 let base = self.frame_base + self.pos as u64;
-                let end = self.frame_base + self.frame_len as u64;
-                let mut c = Cursor::new(self.win.slice(base, end), base);
+                let at = (self.frame_base - self.win.base) as usize;
+                let mut c = Cursor::new(&self.win.buf[at + self.pos..at + self.frame_len], base);
                 match Record::decode(&mut self.deltas, &mut c, self.header.version) {
                     Ok(Decoded::Record(r)) => {
                         let used = c.offset() - base;
                         self.pos += used as usize;
                         if self.ended {
-                            // After the End record: damage (frames appended
-                            // or moved); counted, not used.
-                            if self.after_end.0 == 0 {
-                                self.after_end.1 = base;
-                            }
-                            self.after_end.0 += 1;
-                            self.after_end.2 += used;
+                            self.after_end(base, used);
                             continue;
                         }
                         if r.kind() == Kind::End {
@@ -611,6 +621,7 @@ impl<R: Read> Iterator for LogReader<R> {
                     }
                     Err(e) => {
                         let rest = (self.frame_len - self.pos) as u64;
+                        // (rare: damage inside a checksummed frame)
                         self.pos = self.frame_len;
                         self.problem(e.offset, ProblemKind::BadRecord(e.what), rest);
                     }

@@ -42,17 +42,24 @@ impl<T: Default> IdTable<T> {
     #[inline]
     pub(crate) fn entry(&mut self, id: u32) -> &mut T {
         let i = id as usize;
-        if i >= self.dense.len() {
-            if i < self.bound {
-                self.grow(i);
-            } else {
-                return self.sparse.entry(id).or_default();
-            }
+        if i < self.dense.len() {
+            return &mut self.dense[i];
         }
-        &mut self.dense[i]
+        self.entry_slow(id)
     }
 
+    /// An id beyond the vector: grow it (up to the bound) or use the map.
     #[cold]
+    #[inline(never)]
+    fn entry_slow(&mut self, id: u32) -> &mut T {
+        let i = id as usize;
+        if i < self.bound {
+            self.grow(i);
+            return &mut self.dense[i];
+        }
+        self.sparse.entry(id).or_default()
+    }
+
     fn grow(&mut self, i: usize) {
         let len = (i + 1).max(self.dense.len() * 2).min(self.bound);
         let from = self.dense.len();
