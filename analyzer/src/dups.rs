@@ -670,6 +670,7 @@ mod tests {
             job,
             stage: Some(stage.into()),
             partition,
+            undefined: None,
         }
     }
 

@@ -160,6 +160,9 @@ fn warnings(models: &[Model]) -> Vec<String> {
         for p in &m.problems {
             w.push(format!("{}: {p}", m.path.display()));
         }
+        for d in &m.damage {
+            w.push(format!("{}: {d}", m.path.display()));
+        }
         if !m.ended {
             w.push(format!(
                 "{}: no end record (the process did not finish the log)",

@@ -14,6 +14,41 @@ use object::{Object, ObjectSegment};
 use crate::model::{Model, Sym};
 use crate::text::printable;
 
+/// Largest object file read for symbols (debug builds of big programs reach
+/// a few GiB; anything larger is not a binary worth reading whole).
+pub const MAX_OBJECT_BYTES: u64 = 4 << 30;
+
+/// Reads the object file at `path` for symbols: only a regular file (opened
+/// without blocking, so a FIFO named in a hostile module map cannot hang
+/// the analyzer, and checked with `fstat`, so `/dev/zero` is not read
+/// forever), of at most [`MAX_OBJECT_BYTES`].
+pub fn read_object(path: &str) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|_| "not readable here".to_string())?;
+    let meta = f.metadata().map_err(|_| "not readable here".to_string())?;
+    if !meta.file_type().is_file() {
+        return Err("not a regular file: not read".into());
+    }
+    if meta.len() > MAX_OBJECT_BYTES {
+        return Err(format!("larger than {} GiB: not read", MAX_OBJECT_BYTES >> 30));
+    }
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    // Never more than the cap, even if the file grows while read.
+    f.by_ref()
+        .take(MAX_OBJECT_BYTES + 1)
+        .read_to_end(&mut data)
+        .map_err(|_| "not readable here".to_string())?;
+    if data.len() as u64 > MAX_OBJECT_BYTES {
+        return Err(format!("larger than {} GiB: not read", MAX_OBJECT_BYTES >> 30));
+    }
+    Ok(data)
+}
+
 /// The symbolization step, after loading: a log cut short has no Symbol
 /// records, so its frames are named from the binaries here (the modules that
 /// cannot be read are noted in [`Model::symbol_notes`]). A log with symbols
@@ -29,13 +64,27 @@ pub fn symbolize(m: &mut Model) {
 /// number resolved and the modules skipped (missing, unreadable, rebuilt).
 pub fn fill_missing(m: &mut Model) -> (usize, Vec<String>) {
     let mut by_module: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+    // Modules by start address, for a binary search per frame (not
+    // frames x modules); the first listed wins where they overlap.
+    let mut order: Vec<(u64, u64, usize)> = m
+        .header
+        .modules
+        .iter()
+        .enumerate()
+        .map(|(i, md)| (md.start, md.end, i))
+        .collect();
+    order.sort_unstable();
+    order.dedup_by_key(|e| e.0);
     for frames in m.stacks.values() {
         for &a in frames {
             if m.symbols.contains_key(&a) {
                 continue;
             }
-            if let Some(i) = m.header.modules.iter().position(|md| md.start <= a && a < md.end) {
-                by_module.entry(i).or_default().push(a);
+            let i = order.partition_point(|e| e.0 <= a);
+            if let Some(&(_, end, idx)) = i.checked_sub(1).map(|i| &order[i]) {
+                if a < end {
+                    by_module.entry(idx).or_default().push(a);
+                }
             }
         }
     }
@@ -45,9 +94,12 @@ pub fn fill_missing(m: &mut Model) -> (usize, Vec<String>) {
         addrs.sort_unstable();
         addrs.dedup();
         let md = m.header.modules[i].clone();
-        let Ok(data) = std::fs::read(&md.path) else {
-            skipped.push(format!("{}: not readable here", md.path));
-            continue;
+        let data = match read_object(&md.path) {
+            Ok(data) => data,
+            Err(why) => {
+                skipped.push(format!("{}: {why}", md.path));
+                continue;
+            }
         };
         let Ok(obj) = object::File::parse(&*data) else {
             skipped.push(format!("{}: not an object file", md.path));
@@ -61,6 +113,12 @@ pub fn fill_missing(m: &mut Model) -> (usize, Vec<String>) {
                 .is_some_and(|id| id != md.build_id.as_slice())
         {
             skipped.push(format!("{}: rebuilt since the run (build id differs)", md.path));
+            continue;
+        }
+        // The loader opens the path again: only if it is still the regular
+        // file just checked (it could have been swapped for a FIFO).
+        if !std::fs::metadata(&md.path).is_ok_and(|f| f.is_file()) {
+            skipped.push(format!("{}: changed while being read", md.path));
             continue;
         }
         let Ok(loader) = addr2line::Loader::new(&md.path) else {

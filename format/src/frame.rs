@@ -17,8 +17,11 @@ pub const SYNC: [u8; 4] = *b"HTFR";
 pub const FRAME_HEADER_LEN: usize = 20;
 /// The frame header of format version 1: sync, length, CRC.
 pub const FRAME_HEADER_LEN_V1: usize = 12;
-/// Largest payload a reader accepts; a larger length means damage.
-pub const MAX_FRAME: usize = 64 << 20;
+/// Largest payload a reader accepts; a larger length means damage. The
+/// allocator's writer ends a frame at the first record that takes it past
+/// 1 MiB, and its largest record is a `counters` of every tag (65,536 tags
+/// x at most 61 bytes, 4 MiB): 16 MiB leaves room for three times that.
+pub const MAX_FRAME: usize = 16 << 20;
 
 /// Appends a version 2 frame numbered `seq` holding `payload` to `out`.
 pub fn write_frame(seq: u64, payload: &[u8], out: &mut impl Sink) {

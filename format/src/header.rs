@@ -14,6 +14,12 @@ pub const VERSION: u16 = 2;
 /// logs (skipping what it does not know); one that changes the framing
 /// raises it. Version 1 logs have 0 here.
 pub const COMPAT: u16 = 2;
+/// Command-line arguments a reader keeps (the rest are counted in a last
+/// argument saying how many were not kept).
+pub const MAX_ARGS: u64 = 4096;
+/// Entries a module map may have; a header with more is damaged (a process
+/// maps a few hundred objects).
+pub const MAX_MODULES: u64 = 65536;
 /// Fixed part: magic, version, compat, body length, body CRC.
 pub(crate) const FIXED_LEN: usize = 8 + 2 + 2 + 4 + 4;
 
@@ -167,8 +173,18 @@ impl Header {
             let exe = c.string()?;
             let n = c.varint()?;
             let mut cmdline = Vec::new();
-            for _ in 0..n {
-                cmdline.push(c.string()?);
+            for i in 0..n {
+                // Each argument takes at least a byte: `n` cannot outrun
+                // the body, but a flood of empty strings would cost 24
+                // bytes of memory per byte of log.
+                if i < MAX_ARGS {
+                    cmdline.push(c.string()?);
+                } else {
+                    c.bytes()?;
+                }
+            }
+            if n > MAX_ARGS {
+                cmdline.push(format!("[{} more arguments not kept]", n - MAX_ARGS));
             }
             let heaptag_version = c.string()?;
             let settings = LogSettings {
@@ -182,6 +198,12 @@ impl Header {
                 unprefixed_jemalloc: c.varint()? != 0,
             };
             let n = c.varint()?;
+            if n > MAX_MODULES {
+                return Err(DecodeError {
+                    offset: c.offset(),
+                    what: "module map of more than 65536 entries",
+                });
+            }
             let mut modules = Vec::new();
             for _ in 0..n {
                 modules.push(Module {

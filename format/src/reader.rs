@@ -2,12 +2,15 @@
 //! reported with its offset, sequence numbers checked, records decoded one
 //! at a time in bounded memory.
 
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::fmt;
 use std::fs::File;
-use std::io::{BufReader, ErrorKind, Read};
+use std::io::{ErrorKind, Read};
 use std::path::Path;
 
 use crate::codec::Cursor;
+use crate::crc;
 use crate::field::Deltas;
 use crate::frame::{FRAME_HEADER_LEN, FRAME_HEADER_LEN_V1, MAX_FRAME, SYNC};
 use crate::header::FIXED_LEN;
@@ -40,6 +43,12 @@ pub enum ProblemKind {
         seq: u64,
         /// The number the reader expected.
         expected: u64,
+    },
+    /// Records after the `End` record (frames appended, repeated or moved
+    /// after the log was finished); not used.
+    AfterEnd {
+        /// How many.
+        records: u64,
     },
     /// Reading failed.
     Io(String),
@@ -88,32 +97,94 @@ impl fmt::Display for Problem {
                 expected.saturating_sub(1),
                 self.skipped
             ),
+            ProblemKind::AfterEnd { records } => write!(
+                f,
+                "{records} records ({} bytes) from byte {} come after the end record (appended or moved frames): not used",
+                self.skipped, self.offset
+            ),
             ProblemKind::Io(e) => write!(f, "read error at byte {}: {e}", self.offset),
         }
     }
 }
 
-/// A reader with a push-back buffer, so a resync can return bytes it read ahead.
-struct Src<R> {
+/// Bytes read from the source at a time.
+const CHUNK: usize = 1 << 20;
+
+/// The bytes of the log not yet consumed, read from the source in large
+/// chunks: frames are verified and decoded in place, and a resync scan
+/// looks ahead without reading anything twice.
+struct Window<R> {
     inner: R,
-    back: Vec<u8>,
-    pos: usize,
+    buf: Vec<u8>,
+    /// File offset of `buf[0]`.
+    base: u64,
+    eof: bool,
+    /// A read error, reported once by the reader.
+    err: Option<String>,
 }
 
-impl<R: Read> Read for Src<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if self.pos < self.back.len() {
-            let n = buf.len().min(self.back.len() - self.pos);
-            buf[..n].copy_from_slice(&self.back[self.pos..self.pos + n]);
-            self.pos += n;
-            if self.pos == self.back.len() {
-                self.back.clear();
-                self.pos = 0;
-            }
-            return Ok(n);
-        }
-        self.inner.read(buf)
+impl<R: Read> Window<R> {
+    /// File offset one past the last byte held.
+    fn end(&self) -> u64 {
+        self.base + self.buf.len() as u64
     }
+
+    /// Makes the window hold the file up to offset `to`; false when the
+    /// file ends (or reading fails) first.
+    fn fill(&mut self, to: u64) -> bool {
+        while self.end() < to {
+            if self.eof {
+                return false;
+            }
+            let old = self.buf.len();
+            let want = usize::try_from(to - self.end()).unwrap_or(usize::MAX).max(CHUNK);
+            self.buf.resize(old + want, 0);
+            match self.inner.read(&mut self.buf[old..]) {
+                Ok(0) => {
+                    self.buf.truncate(old);
+                    self.eof = true;
+                }
+                Ok(n) => self.buf.truncate(old + n),
+                Err(e) if e.kind() == ErrorKind::Interrupted => self.buf.truncate(old),
+                Err(e) => {
+                    self.buf.truncate(old);
+                    self.eof = true;
+                    self.err = Some(e.to_string());
+                }
+            }
+        }
+        true
+    }
+
+    /// The bytes from offset `from` to `to` (both held).
+    fn slice(&self, from: u64, to: u64) -> &[u8] {
+        &self.buf[(from - self.base) as usize..(to - self.base) as usize]
+    }
+
+    /// Forgets the bytes before offset `before` when that frees enough to
+    /// be worth moving the rest (amortized: each byte moves at most once
+    /// on average).
+    fn discard(&mut self, before: u64) {
+        let n = (before.saturating_sub(self.base) as usize).min(self.buf.len());
+        if n >= CHUNK && n * 2 >= self.buf.len() {
+            self.buf.drain(..n);
+            self.base += n as u64;
+        }
+    }
+}
+
+/// A frame the resync scan found: verified once the scan's running CRC
+/// reaches its end.
+struct Candidate {
+    start: u64,
+    end: u64,
+    /// The CRC its header claims.
+    want: u32,
+    /// CRC of the header bytes it covers, then xor the stream's CRC at the
+    /// payload start (see `crc::range`).
+    pre: u32,
+    /// None until its end is reached.
+    ok: Option<bool>,
 }
 
 /// Streams the records of a log, frame by frame, in bounded memory.
@@ -121,14 +192,20 @@ impl<R: Read> Read for Src<R> {
 /// Damage never stops the reader early without saying so: every skipped
 /// range is listed in [`problems`](LogReader::problems), and
 /// [`ended`](LogReader::ended) tells whether the writer finished the log.
+/// Time is linear in the file: a resync after damage looks at each byte a
+/// constant number of times, however many fake sync markers it holds
+/// ([`bytes_examined`](LogReader::bytes_examined) counts it).
 pub struct LogReader<R> {
-    src: Src<R>,
+    win: Window<R>,
     header: Header,
+    /// Offset of the next frame.
     offset: u64,
-    /// Next undecoded byte of the current frame's payload (`buf`).
+    /// Next undecoded byte of the current frame's payload, as an offset
+    /// from `frame_base`.
     pos: usize,
-    /// File offset of `buf[0]`.
+    /// File offset of the current payload and its length.
     frame_base: u64,
+    frame_len: usize,
     deltas: Deltas,
     /// Frame header length of this log's version.
     head_len: usize,
@@ -141,16 +218,21 @@ pub struct LogReader<R> {
     after_damage: bool,
     problems: Vec<Problem>,
     ended: bool,
+    /// Records met after the `End` record (not used): count, offset of the
+    /// first, bytes.
+    after_end: (u64, u64, u64),
     done: bool,
-    buf: Vec<u8>,
     frames: u64,
     payload_bytes: u64,
+    examined: u64,
+    /// Offset of the record `next` returned last.
+    last_record: u64,
 }
 
-impl LogReader<BufReader<File>> {
+impl LogReader<File> {
     /// Opens the log at `path`.
     pub fn open(path: &Path) -> Result<Self, ReadError> {
-        LogReader::new(BufReader::with_capacity(1 << 20, File::open(path)?))
+        LogReader::new(File::open(path)?)
     }
 }
 
@@ -176,16 +258,20 @@ impl<R: Read> LogReader<R> {
             }));
         }
         let header = Header::decode_body(version, &body, crc)?;
+        let offset = (FIXED_LEN + len) as u64;
         Ok(LogReader {
-            src: Src {
+            win: Window {
                 inner: r,
-                back: Vec::new(),
-                pos: 0,
+                buf: Vec::new(),
+                base: offset,
+                eof: false,
+                err: None,
             },
             header,
-            offset: (FIXED_LEN + len) as u64,
+            offset,
             pos: 0,
             frame_base: 0,
+            frame_len: 0,
             deltas: Deltas::default(),
             head_len: if version < 2 {
                 FRAME_HEADER_LEN_V1
@@ -197,10 +283,12 @@ impl<R: Read> LogReader<R> {
             after_damage: false,
             problems: Vec::new(),
             ended: false,
+            after_end: (0, 0, 0),
             done: false,
-            buf: Vec::new(),
             frames: 0,
             payload_bytes: 0,
+            examined: 0,
+            last_record: 0,
         })
     }
 
@@ -235,70 +323,88 @@ impl<R: Read> LogReader<R> {
         (self.frames, self.payload_bytes)
     }
 
-    /// Reads the next intact frame into `buf`; false at the end.
+    /// Bytes looked at so far: frames checksummed plus bytes scanned and
+    /// checksummed while resynchronizing. At most a small multiple of the
+    /// file's size, whatever the file holds (the bound tests assert).
+    pub fn bytes_examined(&self) -> u64 {
+        self.examined
+    }
+
+    /// Byte offset of the record [`next`](Iterator::next) returned last.
+    pub fn record_offset(&self) -> u64 {
+        self.last_record
+    }
+
+    /// Reports a read error met by the window, if any; true if there was one.
+    fn io_problem(&mut self) -> bool {
+        match self.win.err.take() {
+            Some(e) => {
+                let at = self.win.end();
+                self.problem(at, ProblemKind::Io(e), 0);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Finds the next intact frame and makes it current; false at the end.
+    /// Once per frame: kept out of line, so the record loop stays small.
+    #[inline(never)]
     fn next_frame(&mut self) -> bool {
         loop {
             let start = self.offset;
+            self.win.discard(start);
             let hl = self.head_len;
-            let mut head = [0u8; FRAME_HEADER_LEN];
-            let got = match read_full(&mut self.src, &mut head[..hl]) {
-                Ok(n) => n,
-                Err(e) => {
-                    self.problem(start, ProblemKind::Io(e.to_string()), 0);
-                    return false;
+            if !self.win.fill(start + hl as u64) {
+                let have = self.win.end() - start;
+                if !self.io_problem() && have > 0 {
+                    self.offset = self.win.end();
+                    self.problem(start, ProblemKind::Truncated, have);
                 }
-            };
-            if got == 0 {
                 return false;
             }
-            if got < hl {
-                self.offset += got as u64;
-                self.problem(start, ProblemKind::Truncated, got as u64);
-                return false;
-            }
+            let mut head = [0u8; FRAME_HEADER_LEN];
+            head[..hl].copy_from_slice(self.win.slice(start, start + hl as u64));
             let word = |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
             let len = word(4) as usize;
             if head[..4] != SYNC || len > MAX_FRAME {
-                if !self.resync(start, &head[..hl]) {
+                if !self.resync(start, start + 1, false) {
                     return false;
                 }
                 continue;
             }
-            self.buf.resize(len, 0);
-            let got = match read_full(&mut self.src, &mut self.buf) {
-                Ok(n) => n,
-                Err(e) => {
-                    self.problem(start, ProblemKind::Io(e.to_string()), 0);
+            let end = start + (hl + len) as u64;
+            if !self.win.fill(end) {
+                if self.io_problem() {
                     return false;
                 }
-            };
-            if got < len {
-                self.offset += (hl + got) as u64;
-                self.problem(start, ProblemKind::Truncated, (hl + got) as u64);
-                return false;
+                // Past the end of the file: the log was cut inside this
+                // frame, or its length is damaged and intact frames follow.
+                if !self.resync(start, start + 4, true) {
+                    return false;
+                }
+                continue;
             }
+            let payload = self.win.slice(start + hl as u64, end);
+            self.examined += (hl + len) as u64;
             let (seq, crc_ok) = if hl == FRAME_HEADER_LEN_V1 {
-                (None, crc32fast::hash(&self.buf) == word(8))
+                (None, crc32fast::hash(payload) == word(8))
             } else {
                 let mut crc = crc32fast::Hasher::new();
                 crc.update(&head[4..16]);
-                crc.update(&self.buf);
+                crc.update(payload);
                 let seq = u64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
                 (Some(seq), crc.finalize() == word(16))
             };
             if !crc_ok {
                 // The length may be the damaged part: do not trust it to find
                 // the next frame; scan from just after this sync instead.
-                let mut rest = head[4..hl].to_vec();
-                rest.extend_from_slice(&self.buf);
-                self.unread(rest);
-                self.offset = start + 4;
-                if !self.scan_to_sync(start) {
+                if !self.resync(start, start + 4, false) {
                     return false;
                 }
                 continue;
             }
-            self.offset = start + (hl + len) as u64;
+            self.offset = end;
             if let Some(seq) = seq {
                 if seq < self.next_seq {
                     let expected = self.next_seq;
@@ -311,7 +417,7 @@ impl<R: Read> LogReader<R> {
                     let expected = self.next_seq;
                     self.problem(start, ProblemKind::MissingFrames { expected, found: seq }, 0);
                 }
-                self.next_seq = seq + 1;
+                self.next_seq = seq.saturating_add(1);
             }
             self.after_damage = false;
             self.frames += 1;
@@ -319,61 +425,151 @@ impl<R: Read> LogReader<R> {
             // Records are decoded one at a time by `next`, from here.
             self.pos = 0;
             self.frame_base = start + hl as u64;
+            self.frame_len = len;
             self.deltas = Deltas::default();
             return true;
         }
     }
 
-    /// A damaged frame header at `start`: push its bytes after the first back
-    /// and scan for the next sync marker.
-    fn resync(&mut self, start: u64, head: &[u8]) -> bool {
-        self.unread(head[1..].to_vec());
-        self.offset = start + 1;
-        self.scan_to_sync(start)
-    }
-
-    /// Reads forward from `self.offset` to the next sync marker, leaving it
-    /// unread; records the skipped range as a corrupt frame starting at
-    /// `damage`. False when the file ends first (recorded as truncation).
-    fn scan_to_sync(&mut self, damage: u64) -> bool {
-        let mut window: Vec<u8> = Vec::new();
+    /// Damage at `damage`: finds the first frame starting at or after `from`
+    /// that verifies, records the skipped range and leaves `offset` at that
+    /// frame. False when none is left (the range up to the end is recorded
+    /// as truncation when `truncated`, else as a corrupt frame).
+    ///
+    /// Every "HTFR" in the range is a candidate frame. Instead of reading
+    /// each candidate's payload (quadratic when candidates nest), one
+    /// running CRC passes over the range once; a candidate's CRC follows
+    /// from the running value at its payload's start and end (`crc::range`),
+    /// so each byte is scanned once and checksummed once.
+    #[cold]
+    #[inline(never)]
+    fn resync(&mut self, damage: u64, from: u64, truncated: bool) -> bool {
+        let hl = self.head_len as u64;
+        let mut pending: VecDeque<Candidate> = VecDeque::new();
+        // (offset, 0: a payload starts / 1: a frame ends, candidate start)
+        let mut events: BinaryHeap<Reverse<(u64, u8, u64)>> = BinaryHeap::new();
+        let mut hasher = crc32fast::Hasher::new();
+        let mut hashed = from;
+        let mut scan = from;
+        let mut scan_done = false;
         loop {
-            if let Some(i) = window.windows(4).position(|w| w == SYNC) {
-                let found = self.offset + i as u64;
-                self.problem(damage, ProblemKind::CorruptFrame, found - damage);
-                self.unread(window[i..].to_vec());
-                self.offset = found;
-                return true;
-            }
-            let keep_from = window.len().saturating_sub(3);
-            self.offset += keep_from as u64;
-            window.drain(..keep_from);
-            let mut chunk = [0u8; 4096];
-            let n = match self.src.read(&mut chunk) {
-                Ok(n) => n,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => {
-                    let at = self.offset;
-                    self.problem(at, ProblemKind::Io(e.to_string()), 0);
-                    return false;
+            while let Some(c) = pending.front() {
+                match c.ok {
+                    Some(true) => {
+                        let at = c.start;
+                        self.problem(damage, ProblemKind::CorruptFrame, at - damage);
+                        self.offset = at;
+                        return true;
+                    }
+                    Some(false) => {
+                        pending.pop_front();
+                    }
+                    None => break,
                 }
-            };
-            if n == 0 {
-                let end = self.offset + window.len() as u64;
-                self.problem(damage, ProblemKind::CorruptFrame, end - damage);
-                self.offset = end;
-                return false;
             }
-            window.extend_from_slice(&chunk[..n]);
+            if let Some(&Reverse((x, what, id))) = events.peek() {
+                if scan_done || x <= scan + hl {
+                    events.pop();
+                    let i = pending.partition_point(|c| c.start < id);
+                    if !self.win.fill(x) {
+                        // Its end is past the end of the file.
+                        if let Some(c) = pending.get_mut(i).filter(|c| c.start == id) {
+                            c.ok = Some(false);
+                        }
+                        continue;
+                    }
+                    if x > hashed {
+                        hasher.update(self.win.slice(hashed, x));
+                        self.examined += x - hashed;
+                        hashed = x;
+                    }
+                    let v = hasher.clone().finalize();
+                    if let Some(c) = pending.get_mut(i).filter(|c| c.start == id) {
+                        if what == 0 {
+                            c.pre ^= v;
+                        } else {
+                            c.ok = Some(crc::range(c.pre, v, c.end - (c.start + hl)) == c.want);
+                        }
+                    }
+                    continue;
+                }
+            }
+            if scan_done {
+                break;
+            }
+            // Scan up to the next event's turn (or a chunk) for "HTFR".
+            let stop = events.peek().map_or(u64::MAX, |e| e.0 .0 - hl).min(scan + CHUNK as u64);
+            self.win.fill(stop + 3);
+            let avail = self.win.end();
+            if avail < scan + 4 {
+                scan_done = true;
+                continue;
+            }
+            let hi = stop.min(avail - 3);
+            let found = find_sync(self.win.slice(scan, hi + 3)).map(|i| scan + i as u64);
+            self.examined += found.unwrap_or(hi).saturating_sub(scan);
+            match found {
+                None => scan = hi.max(scan),
+                Some(p) => {
+                    scan = p + 1;
+                    if self.win.fill(p + hl) {
+                        let head = self.win.slice(p, p + hl);
+                        let word = |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
+                        let len = word(4) as u64;
+                        if len <= MAX_FRAME as u64 {
+                            let pre = if hl as usize == FRAME_HEADER_LEN {
+                                crc32fast::hash(&head[4..16])
+                            } else {
+                                0
+                            };
+                            let want = word(hl as usize - 4);
+                            let end = p + hl + len;
+                            pending.push_back(Candidate {
+                                start: p,
+                                end,
+                                want,
+                                pre,
+                                ok: None,
+                            });
+                            events.push(Reverse((p + hl, 0, p)));
+                            events.push(Reverse((end, 1, p)));
+                        }
+                    }
+                }
+            }
+            if pending.is_empty() {
+                // Nothing refers to the running CRC: restart it here, so
+                // the window need not hold what was scanned.
+                hasher = crc32fast::Hasher::new();
+                hashed = scan;
+            }
+            let keep = pending.front().map_or(scan, |c| c.start).min(hashed).min(scan);
+            self.win.discard(keep);
         }
+        if self.io_problem() {
+            return false;
+        }
+        let end = self.win.end().max(damage);
+        let kind = if truncated {
+            ProblemKind::Truncated
+        } else {
+            ProblemKind::CorruptFrame
+        };
+        self.problem(damage, kind, end - damage);
+        self.offset = end;
+        false
     }
 
-    /// Puts `bytes` back in front of the unread stream.
-    fn unread(&mut self, bytes: Vec<u8>) {
-        let src = &mut self.src;
-        src.back.drain(..src.pos);
-        src.pos = 0;
-        src.back.splice(0..0, bytes);
+    /// A record after the End record: damage (frames appended or moved);
+    /// counted, not used.
+    #[cold]
+    #[inline(never)]
+    fn after_end(&mut self, at: u64, len: u64) {
+        if self.after_end.0 == 0 {
+            self.after_end.1 = at;
+        }
+        self.after_end.0 += 1;
+        self.after_end.2 += len;
     }
 
     fn problem(&mut self, offset: u64, kind: ProblemKind, skipped: u64) {
@@ -382,20 +578,40 @@ impl<R: Read> LogReader<R> {
     }
 }
 
+/// Position of the first "HTFR" in `b`.
+fn find_sync(b: &[u8]) -> Option<usize> {
+    let mut i = 0;
+    while i + 4 <= b.len() {
+        let j = i + b[i..b.len() - 3].iter().position(|&x| x == SYNC[0])?;
+        if b[j..j + 4] == SYNC {
+            return Some(j);
+        }
+        i = j + 1;
+    }
+    None
+}
+
 impl<R: Read> Iterator for LogReader<R> {
     type Item = Record;
 
     fn next(&mut self) -> Option<Record> {
         loop {
-            if self.pos < self.buf.len() {
+            if self.pos < self.frame_len {
                 let base = self.frame_base + self.pos as u64;
-                let mut c = Cursor::new(&self.buf[self.pos..], base);
+                let at = (self.frame_base - self.win.base) as usize;
+                let mut c = Cursor::new(&self.win.buf[at + self.pos..at + self.frame_len], base);
                 match Record::decode(&mut self.deltas, &mut c, self.header.version) {
                     Ok(Decoded::Record(r)) => {
-                        self.pos += (c.offset() - base) as usize;
+                        let used = c.offset() - base;
+                        self.pos += used as usize;
+                        if self.ended {
+                            self.after_end(base, used);
+                            continue;
+                        }
                         if r.kind() == Kind::End {
                             self.ended = true;
                         }
+                        self.last_record = base;
                         return Some(r);
                     }
                     Ok(Decoded::Unknown { .. }) => {
@@ -404,15 +620,22 @@ impl<R: Read> Iterator for LogReader<R> {
                         continue;
                     }
                     Err(e) => {
-                        let rest = (self.buf.len() - self.pos) as u64;
-                        self.pos = self.buf.len();
+                        let rest = (self.frame_len - self.pos) as u64;
+                        // (rare: damage inside a checksummed frame)
+                        self.pos = self.frame_len;
                         self.problem(e.offset, ProblemKind::BadRecord(e.what), rest);
                     }
                 }
             }
             if self.done || !self.next_frame() {
+                if !self.done {
+                    let (records, offset, bytes) = self.after_end;
+                    if records > 0 {
+                        self.problem(offset, ProblemKind::AfterEnd { records }, bytes);
+                    }
+                }
                 self.done = true;
-                self.buf.clear();
+                self.frame_len = 0;
                 self.pos = 0;
                 return None;
             }

@@ -2,7 +2,7 @@
 //! logs are read up to the damage and the damage is reported with its offset.
 
 use heaptag_format::{
-    Fill, FpMeta, FpWhen, FrameEncoder, Header, LogReader, LogSettings, Module, ProblemKind, ReadError, Record,
+    Fill, FpMeta, FpWhen, FrameEncoder, Header, Kind, LogReader, LogSettings, Module, ProblemKind, ReadError, Record,
     TagCount,
 };
 use proptest::prelude::*;
@@ -227,9 +227,17 @@ proptest! {
         let mut r = LogReader::new(&bytes[..]).unwrap();
         prop_assert_eq!(r.header(), &header());
         let got: Vec<Record> = r.by_ref().collect();
-        let want: Vec<Record> = frames.into_iter().flatten().collect();
-        prop_assert_eq!(got, want);
-        prop_assert!(r.problems().is_empty(), "{:?}", r.problems());
+        let all: Vec<Record> = frames.into_iter().flatten().collect();
+        // Records after the End record are damage (issue 13): not returned.
+        let used = all.iter().position(|r| r.kind() == Kind::End).map_or(all.len(), |i| i + 1);
+        prop_assert_eq!(&got[..], &all[..used]);
+        if used == all.len() {
+            prop_assert!(r.problems().is_empty(), "{:?}", r.problems());
+        } else {
+            let records = (all.len() - used) as u64;
+            prop_assert_eq!(r.problems().len(), 1);
+            prop_assert_eq!(&r.problems()[0].kind, &ProblemKind::AfterEnd { records });
+        }
     }
 }
 

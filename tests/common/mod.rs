@@ -15,7 +15,7 @@ pub fn temp_log(name: &str) -> PathBuf {
 }
 
 /// Every record of the log at `path`, and the reader (for problems, end).
-pub fn read_all(path: &std::path::Path) -> (Vec<Record>, LogReader<std::io::BufReader<std::fs::File>>) {
+pub fn read_all(path: &std::path::Path) -> (Vec<Record>, LogReader<std::fs::File>) {
     let mut r = LogReader::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let recs: Vec<Record> = r.by_ref().collect();
     (recs, r)

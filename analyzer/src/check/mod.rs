@@ -321,7 +321,7 @@ fn evaluate(
         Limit::MaxPeak(max, Per::Tag) => {
             let mut worst = 0u64;
             for &t in tags {
-                let a = &m.tag_acc[t as usize];
+                let Some(a) = m.tag_acc.get(t) else { continue };
                 worst = worst.max(a.peak);
                 if a.peak > max {
                     offenders.push(format!(
@@ -345,9 +345,17 @@ fn evaluate(
         }
         Limit::MaxPeak(max, Per::Group) => {
             // Sum of the selected tags at each memory sample.
+            // The timeline lists changes: keep the selected tags' sum up to date.
+            let selected: std::collections::HashSet<u32> = tags.iter().copied().collect();
+            let mut now: heaptag_format::hash::MixMap<u32, u64> = Default::default();
+            let mut sum: u128 = 0;
             let mut worst = (0u64, 0u64);
             for (t, per_tag) in &m.timeline {
-                let sum: u64 = per_tag.iter().filter(|(id, _)| tags.contains(id)).map(|(_, b)| b).sum();
+                for &(id, b) in per_tag.iter().filter(|(id, _)| selected.contains(id)) {
+                    let old = now.insert(id, b).unwrap_or(0);
+                    sum = sum - u128::from(old) + u128::from(b);
+                }
+                let sum = u64::try_from(sum).unwrap_or(u64::MAX);
                 if sum > worst.0 {
                     worst = (sum, *t);
                 }
@@ -398,12 +406,12 @@ fn evaluate(
                 .filter(|(_, k)| **k == Default::default())
                 .map(|(id, _)| *id)
                 .collect();
+            let untagged: std::collections::HashSet<u32> = untagged.into_iter().collect();
             let v: u64 = m.rss_peak.as_ref().map_or(0, |c| {
                 c.per_tag
                     .iter()
                     .filter(|(id, ..)| untagged.contains(id))
-                    .map(|&(_, t, s, _)| t + s)
-                    .sum()
+                    .fold(0u64, |a, &(_, t, s, _)| a.saturating_add(t).saturating_add(s))
             });
             if v > max {
                 offenders.push(format!("untagged blocks held {} at the RSS peak", bytes(v)));
@@ -442,7 +450,7 @@ fn evaluate(
             let mut now_by_key: BTreeMap<String, u64> = BTreeMap::new();
             for &t in tags {
                 let e = now_by_key.entry(baseline_key(&m.tag(t))).or_default();
-                *e = (*e).max(m.tag_acc[t as usize].peak);
+                *e = (*e).max(m.tag_acc.get(t).map_or(0, |a| a.peak));
             }
             let mut missing = Vec::new();
             for (name, now) in now_by_key {

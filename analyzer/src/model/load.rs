@@ -72,6 +72,9 @@ impl Model {
         while let Some(rec) = r.next() {
             m.records += 1;
             m.apply(rec);
+            if m.overflowed && m.overflow_at.is_none() {
+                m.overflow_at = Some(r.record_offset());
+            }
             if stop_at == Some(m.records) {
                 m.attributed_composition = Some(m.compose());
                 break;

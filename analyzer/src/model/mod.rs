@@ -6,8 +6,11 @@
 //! come later, from [`crate::symbolize`], and only for the reports that show
 //! them.
 
+mod ids;
 mod load;
 mod replay;
+
+pub use ids::IdTable;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -25,6 +28,10 @@ pub struct TagKey {
     pub stage: Option<String>,
     /// Partition.
     pub partition: Option<u32>,
+    /// Set for an id the log used but never defined (damage, or a
+    /// definition lost): shown as "tag ID (undefined)", never as untagged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub undefined: Option<u32>,
 }
 
 impl TagKey {
@@ -36,6 +43,9 @@ impl TagKey {
 
 impl fmt::Display for TagKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(id) = self.undefined {
+            return write!(f, "tag {id} (undefined)");
+        }
         let mut parts = Vec::new();
         if let Some(j) = self.job {
             parts.push(format!("job={j}"));
@@ -216,6 +226,8 @@ pub struct TagAcc {
     pub alloc_count: Option<u64>,
     /// External memory held.
     pub external: i64,
+    /// Changed since the last memory sample (1) / the last RSS peak (2).
+    pub(crate) dirty: u8,
 }
 
 /// Running figures of one call stack.
@@ -233,6 +245,8 @@ pub struct SiteAcc {
     pub alloc_count: u64,
     /// Tags that allocated here (at most 32 kept).
     pub tags: BTreeSet<u32>,
+    /// Changed since the last RSS peak.
+    pub(crate) dirty: bool,
 }
 
 /// What held memory at one moment.
@@ -301,10 +315,10 @@ pub struct Model {
     pub stacks: MixMap<u32, Vec<u64>>,
     /// Resolved frames.
     pub symbols: MixMap<u64, Sym>,
-    /// Per tag id (ids are dense: a vector, not a map; see `slot`).
-    pub tag_acc: Vec<TagAcc>,
+    /// Per tag id (memory bounded by the definitions seen, see [`IdTable`]).
+    pub tag_acc: IdTable<TagAcc>,
     /// Per stack id.
-    pub site_acc: Vec<SiteAcc>,
+    pub site_acc: IdTable<SiteAcc>,
     /// Lifetimes of blocks of at least the fingerprint size (or fingerprinted).
     pub intervals: Vec<Interval>,
     /// Observations of the intervals' contents, each interval's together.
@@ -317,7 +331,11 @@ pub struct Model {
     pub rss_peak: Option<Composition>,
     /// Composition at the attributed peak (filled by a second pass).
     pub attributed_composition: Option<Composition>,
-    /// Per-tag live bytes at each RSS sample: (time, [(tag, bytes)]).
+    /// Per-tag live bytes at each RSS sample, as changes: (time, [(tag,
+    /// bytes now)]) lists the tags whose live bytes changed since the
+    /// previous sample (a tag not listed holds what it held before; 0 at
+    /// the start), so the series costs what the log recorded, not samples
+    /// x tags.
     pub timeline: Vec<(u64, Vec<(u32, u64)>)>,
     /// VmRSS at each RSS sample (same times as `timeline`).
     pub rss_series: Vec<u64>,
@@ -335,6 +353,14 @@ pub struct Model {
     pub ended: bool,
     /// Damage found while reading.
     pub problems: Vec<Problem>,
+    /// Damage found in the values (overflowing figures, undefined ids),
+    /// one line each.
+    pub damage: Vec<String>,
+    /// Byte offset of the first record whose values overflowed a figure
+    /// (set by loading when `overflowed` is first raised).
+    pub overflow_at: Option<u64>,
+    /// A figure overflowed and was saturated.
+    pub(crate) overflowed: bool,
     /// Frees with no allocation in the log (allocated before logging began, or dropped).
     pub unmatched_frees: u64,
     /// Latest exact totals (live, tracked, heaptag overhead).
@@ -356,32 +382,40 @@ pub struct Model {
     last_rss: Option<u64>,
     last_je: Option<(u64, u64)>,
     peak_pending: bool,
+    /// Tags changed since the last memory sample / the last RSS peak.
+    tl_dirty: Vec<u32>,
+    pk_tags_dirty: Vec<u32>,
+    pk_sites_dirty: Vec<u32>,
+    /// Tags and sites holding memory at the RSS peak: (tracked, small,
+    /// external) and bytes; kept up to date from the dirty lists.
+    pk_tags: MixMap<u32, (u64, u64, i64)>,
+    pk_sites: MixMap<u32, u64>,
+    /// Index in `procs` by pid.
+    proc_index: MixMap<u32, usize>,
     /// Keep block lifetimes (only `heaptag dups` needs them).
     want_intervals: bool,
 }
 
 impl Model {
-    /// The tag's definition (untagged for unknown ids).
+    /// The tag's definition: untagged for id 0, marked undefined for any
+    /// other id the log never defined.
     pub fn tag(&self, id: u32) -> TagKey {
-        self.tags.get(&id).cloned().unwrap_or_default()
+        self.tags.get(&id).cloned().unwrap_or_else(|| TagKey {
+            undefined: (id != 0).then_some(id),
+            ..TagKey::default()
+        })
     }
 
     /// Tags that ever held or allocated anything, with their figures.
     pub fn tags_used(&self) -> impl Iterator<Item = (u32, &TagAcc)> {
         self.tag_acc
             .iter()
-            .enumerate()
             .filter(|(_, a)| a.peak > 0 || a.alloc_count.unwrap_or(0) > 0 || a.external != 0 || a.tracked_count > 0)
-            .map(|(id, a)| (id as u32, a))
     }
 
     /// Stacks that allocated, with their figures.
     pub fn sites_used(&self) -> impl Iterator<Item = (u32, &SiteAcc)> {
-        self.site_acc
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.alloc_count > 0)
-            .map(|(id, s)| (id as u32, s))
+        self.site_acc.iter().filter(|(_, s)| s.alloc_count > 0)
     }
 
     /// Highest RSS and when: the process's own samples, or for a `run` /

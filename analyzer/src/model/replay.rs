@@ -3,29 +3,50 @@
 
 use heaptag_format::Record;
 
-use super::{Block, Composition, Fp, Interval, Model, Obs, ProcAcc, Sample, SiteAcc, Sym, TagAcc, TagKey};
+use super::{Block, Composition, Fp, Interval, Model, Obs, ProcAcc, Sample, Sym, TagAcc, TagKey};
 use crate::text::printable;
 
-/// Ids beyond this share one overflow slot (a damaged but checksummed log
-/// must not make the analyzer allocate gigabytes).
-const MAX_DENSE_ID: usize = 1 << 22;
-
-/// The entry for `id` in a dense per-id vector, growing it as needed.
-fn slot<T: Default>(v: &mut Vec<T>, id: u32) -> &mut T {
-    let i = (id as usize).min(MAX_DENSE_ID);
-    if i >= v.len() {
-        v.resize_with(i + 1, T::default);
+/// `*x += v`, saturating; raises `of` when it had to.
+#[inline]
+fn add(x: &mut u64, v: u64, of: &mut bool) {
+    match x.checked_add(v) {
+        Some(s) => *x = s,
+        None => {
+            *x = u64::MAX;
+            *of = true;
+        }
     }
-    &mut v[i]
+}
+
+/// `*x += v` for signed figures, saturating; raises `of` when it had to.
+#[inline]
+fn add_signed(x: &mut i64, v: i64, of: &mut bool) {
+    match x.checked_add(v) {
+        Some(s) => *x = s,
+        None => {
+            *x = if v > 0 { i64::MAX } else { i64::MIN };
+            *of = true;
+        }
+    }
 }
 
 impl Model {
     fn acc(&mut self, tag: u32) -> &mut TagAcc {
-        slot(&mut self.tag_acc, tag)
+        self.tag_acc.entry(tag)
     }
 
-    fn site(&mut self, stack: u32) -> &mut SiteAcc {
-        slot(&mut self.site_acc, stack)
+    /// Marks `tag` changed for the timeline and the RSS peak.
+    #[inline]
+    fn touch(a: &mut TagAcc, tag: u32, tl: &mut Vec<u32>, pk: &mut Vec<u32>) {
+        if a.dirty != 3 {
+            if a.dirty & 1 == 0 {
+                tl.push(tag);
+            }
+            if a.dirty & 2 == 0 {
+                pk.push(tag);
+            }
+            a.dirty = 3;
+        }
     }
 
     fn time(&mut self, t: u64) -> u64 {
@@ -35,20 +56,23 @@ impl Model {
 
     /// Adds `bytes` (tracked when `tracked`) to tag and site; raises peaks.
     fn grow(&mut self, tag: u32, stack: u32, bytes: u64, tracked: bool, t: u64) {
-        let a = self.acc(tag);
+        let mut of = false;
+        let a = self.tag_acc.entry(tag);
         if tracked {
-            a.tracked += bytes;
+            add(&mut a.tracked, bytes, &mut of);
             a.tracked_peak = a.tracked_peak.max(a.tracked);
         } else {
-            a.small += bytes;
+            add(&mut a.small, bytes, &mut of);
         }
-        if a.tracked + a.small > a.peak {
-            a.peak = a.tracked + a.small;
+        let live = a.tracked.saturating_add(a.small);
+        if live > a.peak {
+            a.peak = live;
             a.peak_t = t;
         }
-        let s = self.site(stack);
-        s.live += bytes;
-        s.alloc_bytes += bytes;
+        Model::touch(a, tag, &mut self.tl_dirty, &mut self.pk_tags_dirty);
+        let s = self.site_acc.entry(stack);
+        add(&mut s.live, bytes, &mut of);
+        add(&mut s.alloc_bytes, bytes, &mut of);
         s.alloc_count += 1;
         if s.live > s.peak {
             s.peak = s.live;
@@ -57,19 +81,24 @@ impl Model {
         if s.tags.len() < 32 {
             s.tags.insert(tag);
         }
-        if tracked {
-            self.tracked += bytes;
-        } else {
-            self.small += bytes;
+        if !s.dirty {
+            s.dirty = true;
+            self.pk_sites_dirty.push(stack);
         }
-        let attributed = self.tracked + self.small;
+        if tracked {
+            add(&mut self.tracked, bytes, &mut of);
+        } else {
+            add(&mut self.small, bytes, &mut of);
+        }
+        self.overflowed |= of;
+        let attributed = self.tracked.saturating_add(self.small);
         if attributed > self.attributed_peak.0 {
             self.attributed_peak = (attributed, self.records, t);
         }
     }
 
     fn shrink(&mut self, tag: u32, stack: u32, bytes: u64, tracked: bool) {
-        let a = self.acc(tag);
+        let a = self.tag_acc.entry(tag);
         if tracked {
             a.tracked = a.tracked.saturating_sub(bytes);
             self.tracked = self.tracked.saturating_sub(bytes);
@@ -77,8 +106,13 @@ impl Model {
             a.small = a.small.saturating_sub(bytes);
             self.small = self.small.saturating_sub(bytes);
         }
-        let s = self.site(stack);
+        Model::touch(a, tag, &mut self.tl_dirty, &mut self.pk_tags_dirty);
+        let s = self.site_acc.entry(stack);
         s.live = s.live.saturating_sub(bytes);
+        if !s.dirty {
+            s.dirty = true;
+            self.pk_sites_dirty.push(stack);
+        }
     }
 
     fn keep_interval(&self, b: &Block) -> bool {
@@ -126,11 +160,20 @@ impl Model {
                 stage,
                 partition,
             } => {
-                let stage = stage.map(printable);
-                self.tags.insert(id, TagKey { job, stage, partition });
+                self.tags.insert(
+                    id,
+                    TagKey {
+                        job,
+                        stage: stage.map(printable),
+                        partition,
+                        undefined: None,
+                    },
+                );
+                self.tag_acc.defined();
             }
             Record::StackDef { id, frames } => {
                 self.stacks.insert(id, frames);
+                self.site_acc.defined();
             }
             Record::Symbol {
                 addr,
@@ -150,9 +193,11 @@ impl Model {
                 ..
             } => {
                 let t = self.time(time_ns);
+                let mut of = false;
                 let a = self.acc(tag);
-                a.tracked_alloc += size;
+                add(&mut a.tracked_alloc, size, &mut of);
                 a.tracked_count += 1;
+                self.overflowed |= of;
                 self.grow(tag, stack, size, true, t);
                 if let Some(old) = self.live.insert(addr, Block::new(tag, stack, size, t)) {
                     // An allocation at a live address: its free was dropped.
@@ -195,8 +240,10 @@ impl Model {
                     None => Block::new(tag, 0, size, t),
                 };
                 self.grow(tag, b.stack, size, true, t);
+                let mut of = false;
                 let a = self.acc(tag);
-                a.tracked_alloc += size.saturating_sub(old_size);
+                add(&mut a.tracked_alloc, size.saturating_sub(old_size), &mut of);
+                self.overflowed |= of;
                 // A resize changes the content: what was observed before
                 // holds up to here, and nothing is known after it.
                 if old_size != size && b.last.is_some() {
@@ -302,27 +349,34 @@ impl Model {
                 // composition is taken here and completed by the jemalloc and
                 // totals records of the same sample.
                 if self.rss_peak.as_ref().is_none_or(|p| vm_rss > p.rss.unwrap_or(0)) {
-                    let mut c = self.compose();
+                    // What held memory: the snapshot is brought up to date
+                    // with what changed since the last peak (not rebuilt:
+                    // a rising RSS would make that samples x tags).
+                    self.update_peak_snapshot();
+                    let mut c = self.totals_now();
                     c.time_ns = t;
                     self.rss_peak = Some(c);
                     self.peak_pending = true;
                 }
-                let per_tag: Vec<(u32, u64)> = self
-                    .tag_acc
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, a)| a.tracked + a.small > 0)
-                    .map(|(id, a)| (id as u32, a.tracked + a.small))
-                    .collect();
-                self.timeline.push((t, per_tag));
+                let mut changes: Vec<(u32, u64)> = Vec::with_capacity(self.tl_dirty.len());
+                for tag in std::mem::take(&mut self.tl_dirty) {
+                    let a = self.tag_acc.entry(tag);
+                    a.dirty &= !1;
+                    changes.push((tag, a.tracked.saturating_add(a.small)));
+                }
+                self.timeline.push((t, changes));
                 self.rss_series.push(vm_rss);
             }
             Record::External {
                 time_ns, tag, bytes, ..
             } => {
                 self.time(time_ns);
-                self.acc(tag).external += bytes;
-                self.external += bytes;
+                let mut of = false;
+                let a = self.tag_acc.entry(tag);
+                add_signed(&mut a.external, bytes, &mut of);
+                Model::touch(a, tag, &mut self.tl_dirty, &mut self.pk_tags_dirty);
+                add_signed(&mut self.external, bytes, &mut of);
+                self.overflowed |= of;
             }
             Record::Dropped { events, time_ns } => {
                 self.time(time_ns);
@@ -340,7 +394,8 @@ impl Model {
                 cmdline,
             } => {
                 self.time(time_ns);
-                if !self.procs.iter().any(|p| p.pid == pid) {
+                if let std::collections::hash_map::Entry::Vacant(e) = self.proc_index.entry(pid) {
+                    e.insert(self.procs.len());
                     self.procs.push(ProcAcc {
                         pid,
                         ppid,
@@ -357,7 +412,7 @@ impl Model {
                 ..
             } => {
                 let t = self.time(time_ns);
-                if let Some(p) = self.procs.iter_mut().find(|p| p.pid == pid) {
+                if let Some(p) = self.proc_index.get(&pid).and_then(|&i| self.procs.get_mut(i)) {
                     p.samples.push((t, vm_rss));
                     if vm_rss > p.peak.0 {
                         p.peak = (vm_rss, t);
@@ -367,7 +422,7 @@ impl Model {
             }
             Record::ProcExit { time_ns, pid, code } => {
                 self.time(time_ns);
-                if let Some(p) = self.procs.iter_mut().find(|p| p.pid == pid) {
+                if let Some(p) = self.proc_index.get(&pid).and_then(|&i| self.procs.get_mut(i)) {
                     p.exit = Some(code);
                 }
             }
@@ -382,24 +437,53 @@ impl Model {
         self.small_var = (self.small_var - v).max(0.0);
     }
 
+    /// Brings the RSS-peak snapshot of tags and sites up to date with what
+    /// changed since the last peak.
+    fn update_peak_snapshot(&mut self) {
+        for tag in std::mem::take(&mut self.pk_tags_dirty) {
+            let a = self.tag_acc.entry(tag);
+            a.dirty &= !2;
+            if a.tracked.saturating_add(a.small) > 0 || a.external != 0 {
+                self.pk_tags.insert(tag, (a.tracked, a.small, a.external));
+            } else {
+                self.pk_tags.remove(&tag);
+            }
+        }
+        for stack in std::mem::take(&mut self.pk_sites_dirty) {
+            let s = self.site_acc.entry(stack);
+            s.dirty = false;
+            if s.live > 0 {
+                self.pk_sites.insert(stack, s.live);
+            } else {
+                self.pk_sites.remove(&stack);
+            }
+        }
+    }
+
     /// What holds memory now.
     pub(super) fn compose(&self) -> Composition {
-        let mut per_tag: Vec<(u32, u64, u64, i64)> = self
+        let per_tag: Vec<(u32, u64, u64, i64)> = self
             .tag_acc
             .iter()
-            .enumerate()
-            .filter(|(_, a)| a.tracked + a.small > 0 || a.external != 0)
-            .map(|(id, a)| (id as u32, a.tracked, a.small, a.external))
+            .filter(|(_, a)| a.tracked.saturating_add(a.small) > 0 || a.external != 0)
+            .map(|(id, a)| (id, a.tracked, a.small, a.external))
             .collect();
-        per_tag.sort_by_key(|&(id, t, s, _)| (std::cmp::Reverse(t + s), id));
-        let mut per_site: Vec<(u32, u64)> = self
+        let per_site: Vec<(u32, u64)> = self
             .site_acc
             .iter()
-            .enumerate()
             .filter(|(_, s)| s.live > 0)
-            .map(|(id, s)| (id as u32, s.live))
+            .map(|(id, s)| (id, s.live))
             .collect();
-        per_site.sort_by_key(|&(id, b)| (std::cmp::Reverse(b), id));
+        let (per_tag, per_site) = sorted(per_tag, per_site);
+        Composition {
+            per_tag,
+            per_site,
+            ..self.totals_now()
+        }
+    }
+
+    /// The process-wide figures now (no per-tag or per-site lists).
+    fn totals_now(&self) -> Composition {
         Composition {
             time_ns: self.end_ns,
             rss: self.last_rss,
@@ -408,16 +492,52 @@ impl Model {
             tracked: self.tracked,
             small: (self.small, self.small_var.sqrt()),
             external: self.external.max(0) as u64,
-            per_tag,
-            per_site,
+            per_tag: Vec::new(),
+            per_site: Vec::new(),
         }
     }
 
-    /// End of log: blocks still alive become open intervals.
+    /// End of log: blocks still alive become open intervals; the RSS peak
+    /// gets its lists; damage in the values is noted.
     pub(super) fn close(&mut self) {
         let live: Vec<Block> = std::mem::take(&mut self.live).into_values().collect();
         for b in live {
             self.keep_lifetime(b, None);
         }
+        let per_tag = self.pk_tags.iter().map(|(&id, &(t, s, e))| (id, t, s, e)).collect();
+        let per_site = self.pk_sites.iter().map(|(&id, &b)| (id, b)).collect();
+        let (per_tag, per_site) = sorted(per_tag, per_site);
+        if let Some(p) = self.rss_peak.as_mut() {
+            p.per_tag = per_tag;
+            p.per_site = per_site;
+        }
+        if let Some(at) = self.overflow_at {
+            self.damage.push(format!(
+                "values overflowed from the record at byte {at} (sizes or counts too large to be real): \
+                 figures saturated"
+            ));
+        }
+        let undefined: Vec<u32> = self
+            .tags_used()
+            .map(|(id, _)| id)
+            .filter(|id| *id != 0 && !self.tags.contains_key(id))
+            .collect();
+        if let Some(first) = undefined.first() {
+            self.damage.push(format!(
+                "{} tag ids are used but never defined (the first: {first}): shown as \"tag ID (undefined)\"",
+                undefined.len()
+            ));
+        }
     }
+}
+
+/// Sorts per-tag and per-site lists largest first, then by id.
+#[allow(clippy::type_complexity)]
+fn sorted(
+    mut per_tag: Vec<(u32, u64, u64, i64)>,
+    mut per_site: Vec<(u32, u64)>,
+) -> (Vec<(u32, u64, u64, i64)>, Vec<(u32, u64)>) {
+    per_tag.sort_by_key(|&(id, t, s, _)| (std::cmp::Reverse(t.saturating_add(s)), id));
+    per_site.sort_by_key(|&(id, b)| (std::cmp::Reverse(b), id));
+    (per_tag, per_site)
 }

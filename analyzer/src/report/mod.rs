@@ -57,6 +57,7 @@ pub struct Source {
 impl Source {
     pub(crate) fn of(m: &Model) -> Source {
         let mut problems: Vec<String> = m.problems.iter().map(|p| p.to_string()).collect();
+        problems.extend(m.damage.iter().cloned());
         if !m.ended {
             problems.push(
                 "the log has no end record: the process was killed or crashed (or is still running); \
@@ -88,6 +89,9 @@ pub struct TagRow {
     pub stage: Option<String>,
     /// Partition.
     pub partition: Option<u32>,
+    /// The id, when the log used it without defining it (damage).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub undefined: Option<u32>,
     /// Highest live bytes (tracked exact + small estimate), and when.
     pub peak_live: At,
     /// Highest tracked live bytes (exact).
@@ -283,13 +287,22 @@ fn phases(models: &[Model]) -> Vec<PhaseRow> {
     let mut out = Vec::new();
     for m in models {
         for p in &m.procs {
-            for (label, from, to) in &bounds {
-                let best = p
-                    .samples
-                    .iter()
-                    .map(|&(t, b)| (shift(m, t), b))
-                    .filter(|&(t, _)| t >= *from && to.is_none_or(|e| t < e))
-                    .max_by_key(|&(t, b)| (b, std::cmp::Reverse(t)));
+            // Each sample goes to its phase by binary search (not phases x
+            // samples): the phase is the last bound starting at or before it.
+            let mut best: Vec<Option<(u64, u64)>> = vec![None; bounds.len()];
+            for &(t, b) in &p.samples {
+                let t = shift(m, t);
+                let i = bounds.partition_point(|(_, from, _)| *from <= t).saturating_sub(1);
+                let (_, from, to) = &bounds[i];
+                if t < *from || to.is_some_and(|e| t >= e) {
+                    continue;
+                }
+                let better = best[i].is_none_or(|(bt, bb)| (b, std::cmp::Reverse(t)) > (bb, std::cmp::Reverse(bt)));
+                if better {
+                    best[i] = Some((t, b));
+                }
+            }
+            for ((label, from, to), best) in bounds.iter().zip(best) {
                 if let Some((t, b)) = best {
                     out.push(PhaseRow {
                         phase: label.clone(),
@@ -318,12 +331,13 @@ fn tag_rows(m: &Model) -> Vec<TagRow> {
                 job: k.job,
                 stage: k.stage.clone(),
                 partition: k.partition,
+                undefined: k.undefined,
                 peak_live: At {
                     bytes: a.peak,
                     time_s: secs(a.peak_t),
                 },
                 peak_tracked_bytes: a.tracked_peak,
-                live_end_bytes: a.tracked + a.small,
+                live_end_bytes: a.tracked.saturating_add(a.small),
                 live_end_tracked_bytes: a.tracked,
                 live_end_stderr_bytes: a.small_var.sqrt().round() as u64,
                 allocated_bytes: a.alloc_bytes.unwrap_or(a.tracked_alloc),
@@ -367,6 +381,7 @@ pub fn report(models: &[Model]) -> Report {
                     job: r.job,
                     stage: r.stage.clone(),
                     partition: r.partition,
+                    undefined: r.undefined,
                 };
                 let c = by.entry(key).or_insert_with(|| CombinedRow {
                     total: TagRow {
@@ -384,15 +399,15 @@ pub fn report(models: &[Model]) -> Report {
                 });
                 c.peak_by_source[i] = r.peak_live.bytes;
                 let e = &mut c.total;
-                e.peak_live.bytes += r.peak_live.bytes;
-                e.peak_tracked_bytes += r.peak_tracked_bytes;
-                e.live_end_bytes += r.live_end_bytes;
-                e.live_end_tracked_bytes += r.live_end_tracked_bytes;
+                e.peak_live.bytes = e.peak_live.bytes.saturating_add(r.peak_live.bytes);
+                e.peak_tracked_bytes = e.peak_tracked_bytes.saturating_add(r.peak_tracked_bytes);
+                e.live_end_bytes = e.live_end_bytes.saturating_add(r.live_end_bytes);
+                e.live_end_tracked_bytes = e.live_end_tracked_bytes.saturating_add(r.live_end_tracked_bytes);
                 e.live_end_stderr_bytes =
                     ((e.live_end_stderr_bytes as f64).powi(2) + (r.live_end_stderr_bytes as f64).powi(2)).sqrt() as u64;
-                e.allocated_bytes += r.allocated_bytes;
-                e.allocations += r.allocations;
-                e.external_bytes += r.external_bytes;
+                e.allocated_bytes = e.allocated_bytes.saturating_add(r.allocated_bytes);
+                e.allocations = e.allocations.saturating_add(r.allocations);
+                e.external_bytes = e.external_bytes.saturating_add(r.external_bytes);
             }
         }
         by.into_values().collect()
