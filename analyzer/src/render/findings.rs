@@ -180,21 +180,14 @@ pub fn dups(d: &DupsReport, f: Format, out: &mut dyn Write) -> io::Result<()> {
                 ]);
             }
             t.write(f, out)?;
-            // Where the copies were made, most copies first.
-            let mut sites: std::collections::BTreeMap<(&str, &str), (u64, u64)> = std::collections::BTreeMap::new();
-            for g in &x.duplicated {
-                for c in &g.extra_copies {
-                    let e = sites.entry((c.site.as_str(), g.original.site.as_str())).or_default();
-                    e.0 += 1;
-                    e.1 += g.size_bytes;
-                }
-            }
-            let mut sites: Vec<_> = sites.into_iter().collect();
-            sites.sort_by(|a, b| b.1 .1.cmp(&a.1 .1).then_with(|| a.0.cmp(&b.0)));
             heading(f, out, 3, "Where the copies were made")?;
-            let mut t = Table::new(&["<copy made at", "copies", "bytes", "<original made at"]);
-            for ((site, orig), (n, b)) in sites {
-                t.row(vec![site.to_string(), n.to_string(), bytes(b), orig.to_string()]);
+            let mut t = Table::new(&["<copy made at", "<wasted at its worst moment", "extra copies then"]);
+            for w in &x.by_site {
+                t.row(vec![
+                    w.site.clone(),
+                    format!("{} at {:.3} s", bytes(w.wasted_bytes), w.at_s),
+                    w.extra_copies.to_string(),
+                ]);
             }
             t.write(f, out)?;
         }

@@ -28,8 +28,13 @@ use heaptag_format::Fill;
 use serde::Serialize;
 
 use crate::model::{Interval, Model, Obs, TagKey};
+
+mod sweep;
+mod words;
+
 use crate::sites::site_name;
 use crate::units::secs;
+pub use words::describe_tags;
 
 /// One holder of a duplicated content.
 #[derive(Clone, Debug, Serialize)]
@@ -121,6 +126,19 @@ pub struct Worst {
     pub extra_copies: u64,
 }
 
+/// Extra copies made at one call site.
+#[derive(Clone, Debug, Serialize)]
+pub struct SiteWaste {
+    /// The call site that allocated the copies.
+    pub site: String,
+    /// Bytes of its extra copies alive at its worst moment.
+    pub wasted_bytes: u64,
+    /// When, seconds.
+    pub at_s: f64,
+    /// Extra copies alive then.
+    pub extra_copies: u64,
+}
+
 /// The whole finding for one log.
 #[derive(Clone, Debug, Serialize)]
 pub struct Dups {
@@ -130,6 +148,9 @@ pub struct Dups {
     pub duplicated: Vec<Group>,
     /// The run's worst moment.
     pub worst: Worst,
+    /// Per call site that made extra copies, its worst moment, most wasted
+    /// first.
+    pub by_site: Vec<SiteWaste>,
     /// Blocks only ever seen zero- or constant-filled.
     pub filled_blocks: u64,
     /// Whether the log holds fingerprints at all.
@@ -232,8 +253,8 @@ struct Live {
     alive: BTreeSet<(u64, usize)>,
     worst: usize,
     worst_t: u64,
-    worst_alive: Vec<usize>,
     until: Option<u64>,
+    /// Per tag id: the most holders alive at a moment when it held one.
     by_tag: BTreeMap<u32, u64>,
 }
 
@@ -328,7 +349,6 @@ pub fn analyze_allowing(m: &Model, allowed: &dyn Fn(&str, &str) -> bool) -> Dups
                 alive: BTreeSet::new(),
                 worst: 0,
                 worst_t: 0,
-                worst_alive: Vec::new(),
                 until: None,
                 by_tag: BTreeMap::new(),
             });
@@ -349,7 +369,18 @@ pub fn analyze_allowing(m: &Model, allowed: &dyn Fn(&str, &str) -> bool) -> Dups
             collect(run[0].key, run, true, &mut runs, &mut stages);
         }
     }
-    let (total, mut runs) = sweep(m, &mut live, &mut stages, runs);
+    let (total, mut runs, sites) = sweep::sweep(m, &mut live, &mut stages, runs);
+    let mut by_site: Vec<SiteWaste> = sites
+        .into_iter()
+        .filter(|(_, r)| r.worst.0 > 0)
+        .map(|(stack, r)| SiteWaste {
+            site: site_name(m, stack),
+            wasted_bytes: r.worst.0,
+            at_s: secs(r.worst.2),
+            extra_copies: r.worst.1,
+        })
+        .collect();
+    by_site.sort_by(|a, b| b.wasted_bytes.cmp(&a.wasted_bytes).then_with(|| a.site.cmp(&b.site)));
     let mut groups: Vec<Group> = Vec::new();
     for g in &live {
         if g.worst < 2 {
@@ -372,7 +403,13 @@ pub fn analyze_allowing(m: &Model, allowed: &dyn Fn(&str, &str) -> bool) -> Dups
             .expect("a group has spans");
         let ostage = stages.id(m, iv(first).tag);
         runs[ostage].originals += 1;
-        let mut at_worst: Vec<&Span> = g.worst_alive.iter().map(|&k| &g.spans[k]).collect();
+        // The holders at the worst moment: the spans alive once every event
+        // at that instant was applied.
+        let mut at_worst: Vec<&Span> = g
+            .spans
+            .iter()
+            .filter(|sp| sp.start <= g.worst_t && sp.end > g.worst_t)
+            .collect();
         at_worst.sort_by_key(|sp| (sp.start, sp.block));
         let extra: Vec<Holder> = at_worst.iter().skip(1).map(|sp| holder(sp)).collect();
         for sp in at_worst.iter().skip(1) {
@@ -438,6 +475,7 @@ pub fn analyze_allowing(m: &Model, allowed: &dyn Fn(&str, &str) -> bool) -> Dups
         verdicts,
         duplicated: groups,
         worst: total,
+        by_site,
         filled_blocks: filled,
         fingerprints: m.has_fingerprints(),
         fingerprint_min_bytes: m.header.settings.fingerprint_min,
@@ -461,234 +499,4 @@ fn unverified(m: &Model) -> Option<String> {
         why.push(format!("{} damaged parts of the log were skipped", m.problems.len()));
     }
     (!why.is_empty()).then(|| why.join("; "))
-}
-
-/// Runs every content's spans through one sweep in time order: per content
-/// the most holders at once, when, and who; per stage and in total the
-/// worst moment's waste.
-fn sweep(m: &Model, live: &mut [Live], stages: &mut StageIds, mut runs: Vec<StageRun>) -> (Worst, Vec<StageRun>) {
-    // (time, 0 = end / 1 = start, content, span): ends first at one instant.
-    let mut ev: Vec<(u64, u8, u32, u32)> = Vec::new();
-    for (g, c) in live.iter().enumerate() {
-        for (k, sp) in c.spans.iter().enumerate() {
-            ev.push((sp.start, 1, g as u32, k as u32));
-            if sp.end != u64::MAX {
-                ev.push((sp.end, 0, g as u32, k as u32));
-            }
-        }
-    }
-    ev.sort_unstable();
-    let stage_of: Vec<Vec<usize>> = live
-        .iter()
-        .map(|c| {
-            c.spans
-                .iter()
-                .map(|sp| stages.id(m, m.intervals[sp.block as usize].tag))
-                .collect()
-        })
-        .collect();
-    let suspected: Vec<bool> = live.iter().map(|c| c.hash.is_none()).collect();
-    let mut total = Worst::default();
-    let (mut waste, mut extras) = (0u64, 0u64);
-    let mut dirty: BTreeSet<u32> = BTreeSet::new();
-    let mut dirty_stages: BTreeSet<usize> = BTreeSet::new();
-    let mut n = 0;
-    while n < ev.len() {
-        let t = ev[n].0;
-        while n < ev.len() && ev[n].0 == t {
-            let (_, start, g, k) = ev[n];
-            n += 1;
-            let c = &mut live[g as usize];
-            let key = (c.spans[k as usize].start, k as usize);
-            let kept_before = c.alive.first().copied();
-            if start == 1 {
-                c.alive.insert(key);
-            } else {
-                c.alive.remove(&key);
-            }
-            let kept_after = c.alive.first().copied();
-            // Charge the change: every alive holder but the kept one is an
-            // extra copy, charged to its own stage.
-            let mut charge = |k: usize, sign: i8| {
-                let s = stage_of[g as usize][k];
-                let r = &mut runs[s];
-                if sign > 0 {
-                    r.waste += c.size;
-                    r.extras += 1;
-                    waste += c.size;
-                    extras += 1;
-                } else {
-                    r.waste = r.waste.saturating_sub(c.size);
-                    r.extras = r.extras.saturating_sub(1);
-                    waste = waste.saturating_sub(c.size);
-                    extras = extras.saturating_sub(1);
-                }
-                r.suspected |= suspected[g as usize];
-                dirty_stages.insert(s);
-            };
-            if start == 1 {
-                if kept_before.is_some() && kept_after == kept_before {
-                    charge(k as usize, 1);
-                } else if let Some(old) = kept_before {
-                    // The newcomer is kept (an earlier start): the old kept one becomes extra.
-                    charge(old.1, 1);
-                }
-            } else if Some(key) == kept_before {
-                // The kept one ended: its successor is kept now, no longer extra.
-                if let Some(new) = kept_after {
-                    charge(new.1, -1);
-                }
-            } else {
-                charge(k as usize, -1);
-            }
-            dirty.insert(g);
-        }
-        // Judge the moment once every event at `t` is applied.
-        for &g in &dirty {
-            let c = &mut live[g as usize];
-            let alive = c.alive.len();
-            if alive > c.worst {
-                c.worst = alive;
-                c.worst_t = t;
-                c.worst_alive = c.alive.iter().map(|&(_, k)| k).collect();
-                c.until = None;
-            } else if alive < c.worst && c.until.is_none() && c.worst_t <= t {
-                c.until = Some(t);
-            }
-            if alive > 1 {
-                for &(_, k) in &c.alive {
-                    let tag = m.intervals[c.spans[k].block as usize].tag;
-                    let e = c.by_tag.entry(tag).or_default();
-                    *e = (*e).max(alive as u64);
-                }
-                for (i, &(_, k)) in c.alive.iter().enumerate() {
-                    if i > 0 {
-                        let r = &mut runs[stage_of[g as usize][k]];
-                        r.copies = r.copies.max(alive as u64);
-                    }
-                }
-            }
-        }
-        dirty.clear();
-        for &s in &dirty_stages {
-            let r = &mut runs[s];
-            if r.waste > r.worst.0 {
-                r.worst = (r.waste, r.extras, t);
-            }
-        }
-        dirty_stages.clear();
-        if waste > total.wasted_bytes {
-            total = Worst {
-                wasted_bytes: waste,
-                at_s: Some(secs(t)),
-                extra_copies: extras,
-            };
-        }
-    }
-    (total, runs)
-}
-
-/// A set of tags in words: per stage, `pce_load (job 1)`, `6 partitions of
-/// jobs 1-2 in synthesize_partition`, `jobs 3, 5 in srs_load`.
-pub fn describe_tags(tags: &[TagKey]) -> String {
-    let mut by_stage: BTreeMap<String, Vec<&TagKey>> = BTreeMap::new();
-    for t in tags {
-        by_stage
-            .entry(t.stage.clone().unwrap_or_else(|| "untagged".into()))
-            .or_default()
-            .push(t);
-    }
-    let mut parts = Vec::new();
-    for (stage, ts) in by_stage {
-        let jobs: BTreeSet<u64> = ts.iter().filter_map(|t| t.job).collect();
-        let parts_of: BTreeSet<(Option<u64>, u32)> =
-            ts.iter().filter_map(|t| t.partition.map(|p| (t.job, p))).collect();
-        let jobs_txt = match jobs.len() {
-            0 => String::new(),
-            1 => format!("job {}", ranges(jobs.iter().copied())),
-            _ => format!("jobs {}", ranges(jobs.iter().copied())),
-        };
-        let copies = if ts.len() > 1 {
-            format!(" ({} copies)", ts.len())
-        } else {
-            String::new()
-        };
-        let text = if ts.len() == 1 || (parts_of.len() <= 1 && jobs.len() <= 1) {
-            let mut what = Vec::new();
-            if !jobs_txt.is_empty() {
-                what.push(jobs_txt);
-            }
-            if let Some((_, p)) = parts_of.iter().next() {
-                what.push(format!("partition {p}"));
-            }
-            if what.is_empty() {
-                format!("{stage}{copies}")
-            } else {
-                format!("{stage} ({}){copies}", what.join(", "))
-            }
-        } else if !parts_of.is_empty() {
-            let of = if jobs_txt.is_empty() {
-                String::new()
-            } else {
-                format!(" of {jobs_txt}")
-            };
-            format!("{} partitions{of} in {stage}", parts_of.len())
-        } else {
-            format!("{jobs_txt} in {stage}{copies}")
-        };
-        parts.push(text);
-    }
-    parts.join("; ")
-}
-
-/// `1-3, 5, 7-8`.
-fn ranges(v: impl Iterator<Item = u64>) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut run: Option<(u64, u64)> = None;
-    for x in v {
-        run = match run {
-            Some((a, b)) if b.checked_add(1) == Some(x) => Some((a, x)),
-            Some((a, b)) => {
-                out.push(if a == b { a.to_string() } else { format!("{a}-{b}") });
-                Some((x, x))
-            }
-            None => Some((x, x)),
-        };
-    }
-    if let Some((a, b)) = run {
-        out.push(if a == b { a.to_string() } else { format!("{a}-{b}") });
-    }
-    out.join(", ")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn t(job: Option<u64>, stage: &str, partition: Option<u32>) -> TagKey {
-        TagKey {
-            job,
-            stage: Some(stage.into()),
-            partition,
-            undefined: None,
-        }
-    }
-
-    #[test]
-    fn tag_sets_read_as_words() {
-        let six: Vec<TagKey> = (1..=2)
-            .flat_map(|j| (0..3).map(move |p| t(Some(j), "synthesize_partition", Some(p))))
-            .collect();
-        assert_eq!(describe_tags(&six), "6 partitions of jobs 1-2 in synthesize_partition");
-        assert_eq!(describe_tags(&[t(Some(1), "pce_load", None)]), "pce_load (job 1)");
-        assert_eq!(
-            describe_tags(&[t(Some(1), "pce_load", None), t(Some(2), "pce_load", None)]),
-            "jobs 1-2 in pce_load (2 copies)"
-        );
-        assert_eq!(
-            describe_tags(&[t(Some(1), "a", Some(0)), t(Some(1), "a", Some(0))]),
-            "a (job 1, partition 0) (2 copies)"
-        );
-        assert_eq!(ranges([1, 2, 3, 5, 7, 8].into_iter()), "1-3, 5, 7-8");
-    }
 }
