@@ -35,7 +35,8 @@ fn main() {
     .encode(&mut head);
     out.write_all(&head).unwrap();
 
-    let mut enc = FrameEncoder::new(Vec::new(), 1);
+    // Frame 0 first, as an allocator writes (its reserve frame).
+    let mut enc = FrameEncoder::new(Vec::new(), 0);
     let put = |r: Record, enc: &mut FrameEncoder<Vec<u8>>, out: &mut std::io::BufWriter<std::fs::File>| {
         enc.push(r.borrowed());
         if enc.len() > 1 << 20 {

@@ -151,3 +151,23 @@ fn timeline_csv_and_format_conflict() {
     assert_eq!(code, 2, "{stdout}");
     assert!(stderr.contains("'--csv' cannot be used with '--format"), "{stderr}");
 }
+
+/// A newer writer's record kinds are skipped by their length, and every
+/// report says so (their content is missing from the figures).
+#[test]
+fn records_of_unknown_kinds_are_reported() {
+    let log = common::temp("unknown-kind");
+    let mut bytes = common::LogBuilder::new().bytes();
+    // A frame holding one record of kind 200 (5 bytes), then End.
+    let mut payload = vec![200u8, 5, 1, 2, 3, 4, 5];
+    heaptag_format::Record::End { time_ns: 1, dropped: 0 }.encode(&mut heaptag_format::Deltas::default(), &mut payload);
+    heaptag_format::write_frame(1, &payload, &mut bytes);
+    std::fs::write(&log, bytes).unwrap();
+    let (code, out, err) = common::heaptag(&["report", log.to_str().unwrap()], &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("1 records of kinds this heaptag does not know were skipped"),
+        "{out}"
+    );
+    assert!(err.contains("upgrade heaptag"), "{err}");
+}

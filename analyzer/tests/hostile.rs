@@ -153,7 +153,7 @@ fn issue_13_resync_over_nested_fake_sync_markers_is_linear() {
 /// A log of `frames` frames, each allocating and freeing under its own tag.
 fn multi_frame(frames: u32) -> (Vec<u8>, Vec<(usize, usize)>) {
     let mut out = gen::header(Vec::new());
-    let mut enc = heaptag_format::FrameEncoder::new(Vec::new(), 1);
+    let mut enc = heaptag_format::FrameEncoder::new(Vec::new(), 0);
     let mut spans = Vec::new();
     for f in 0..frames {
         let t = u64::from(f) * 1_000_000;
@@ -269,17 +269,20 @@ fn issue_13_deleted_repeated_and_moved_frames_are_damage_in_every_output() {
         (
             "deleted",
             deleted,
-            format!("frames 3 to 3 are missing before byte {deleted_at}"),
+            format!("frame 2 is missing before byte {deleted_at}"),
         ),
         (
             "repeated",
             repeated,
-            format!("frame 3 at byte {} comes after frame 3", spans[3].0),
+            format!(
+                "frame 2 at byte {} was already passed (the reader is at frame 2)",
+                spans[3].0
+            ),
         ),
         (
             "swapped",
             swapped,
-            "comes after frame 4 (repeated or moved)".to_string(),
+            "was already passed (the reader is at frame 3): a repeated or moved frame".to_string(),
         ),
     ];
     for (name, bytes, want) in cases {

@@ -84,15 +84,21 @@ impl fmt::Display for Problem {
                 "undecodable record at byte {} ({what}): skipped the rest of its frame",
                 self.offset
             ),
+            ProblemKind::MissingFrames { expected, found } if found.saturating_sub(*expected) == 1 => write!(
+                f,
+                "frame {expected} is missing before byte {} (deleted or lost): figures lack what it held",
+                self.offset
+            ),
             ProblemKind::MissingFrames { expected, found } => write!(
                 f,
                 "frames {expected} to {} are missing before byte {} (deleted or lost): figures lack what they held",
-                found - 1,
+                found.saturating_sub(1),
                 self.offset
             ),
             ProblemKind::OutOfOrder { seq, expected } => write!(
                 f,
-                "frame {seq} at byte {} comes after frame {} (repeated or moved): its {} bytes were not used",
+                "frame {seq} at byte {} was already passed (the reader is at frame {}): a repeated or moved frame, \
+                 its {} bytes were not used",
                 self.offset,
                 expected.saturating_sub(1),
                 self.skipped
@@ -412,7 +418,9 @@ impl<R: Read> LogReader<R> {
                     continue;
                 }
                 // The reserve frame (0) is optional: a log may start at 1.
-                let first_without_reserve = self.frames == 0 && seq == 1;
+                // Only a log without an allocator (`heaptag run`/`watch`:
+                // no event buffer) has no reserve frame.
+                let first_without_reserve = self.frames == 0 && seq == 1 && self.header.settings.buffer_events == 0;
                 if seq > self.next_seq && !self.after_damage && !first_without_reserve {
                     let expected = self.next_seq;
                     self.problem(start, ProblemKind::MissingFrames { expected, found: seq }, 0);

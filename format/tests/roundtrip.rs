@@ -210,7 +210,7 @@ fn arb_record() -> impl Strategy<Value = Record> {
 fn log(frames: &[Vec<Record>]) -> Vec<u8> {
     let mut out = Vec::new();
     header().encode(&mut out);
-    let mut enc = FrameEncoder::new(Vec::new(), 1);
+    let mut enc = FrameEncoder::new(Vec::new(), 0);
     for f in frames {
         for r in f {
             assert!(enc.push(r.borrowed()));

@@ -465,3 +465,24 @@ fn docs_format_md_holds_the_generated_record_table() {
         }
     }
 }
+
+/// An allocator's log (its header has an event buffer) always starts with
+/// its reserve frame (0): losing it would hide the lost-event count.
+#[test]
+fn an_allocator_log_without_frame_0_is_damaged() {
+    let mut h = Vec::new();
+    Header {
+        version: VERSION,
+        settings: heaptag_format::LogSettings {
+            buffer_events: 32768,
+            ..Default::default()
+        },
+        ..Header::default()
+    }
+    .encode(&mut h);
+    let mut enc = FrameEncoder::new(Vec::new(), 1);
+    enc.push(RecordRef::Dropped { time_ns: 1, events: 0 });
+    enc.finish(&mut h);
+    let (_, problems, _) = read_all(&h);
+    assert_eq!(problems, [ProblemKind::MissingFrames { expected: 0, found: 1 }]);
+}

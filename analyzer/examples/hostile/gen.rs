@@ -35,7 +35,7 @@ pub fn header(modules: Vec<Module>) -> Vec<u8> {
 /// A log of `records` after `head`, in frames of about 64 KiB.
 pub fn log_with(head: Vec<u8>, records: impl IntoIterator<Item = Record>) -> Vec<u8> {
     let mut out = head;
-    let mut enc = FrameEncoder::new(Vec::new(), 1);
+    let mut enc = FrameEncoder::new(Vec::new(), 0);
     for r in records {
         enc.push(r.borrowed());
         if enc.len() >= 64 << 10 {
@@ -264,7 +264,7 @@ pub fn nested_sync(n: usize) -> Vec<u8> {
         out.extend_from_slice(&(i as u64).to_le_bytes());
         out.extend_from_slice(&0xdead_beefu32.to_le_bytes());
     }
-    let mut enc = FrameEncoder::new(Vec::new(), 1);
+    let mut enc = FrameEncoder::new(Vec::new(), 0);
     enc.push(tag(1).borrowed());
     enc.push(end(5).borrowed());
     enc.finish(&mut out);

@@ -86,6 +86,14 @@ impl Model {
         progress.done();
         m.problems = r.problems().to_vec();
         m.ended = r.ended();
+        if r.unknown_records() > 0 {
+            m.damage.push(format!(
+                "{} records of kinds this heaptag does not know were skipped (written by a newer heaptag, \
+                 version {}): figures lack what they held; upgrade heaptag",
+                r.unknown_records(),
+                m.header.version
+            ));
+        }
         if stop_at.is_none() {
             m.close();
         }

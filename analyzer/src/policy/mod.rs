@@ -281,13 +281,15 @@ impl Policy {
         };
         let spec: PolicySpec = toml::from_str(text).map_err(|e| {
             let msg = e.message().trim().to_string();
-            // toml names unknown keys in the message: pull the key out.
+            // toml names unknown keys in the message: pull the key out;
+            // otherwise the key is the one written on the faulty line.
             let key = msg
                 .split('`')
                 .nth(1)
                 .filter(|_| msg.starts_with("unknown field"))
-                .map(str::to_owned);
-            err(e.span(), key.as_deref(), msg)
+                .map(str::to_owned)
+                .or_else(|| e.span().and_then(|sp| key_on_line(text, sp.start)));
+            err(e.span(), key.as_deref(), plain_toml_message(&msg, key.as_deref()))
         })?;
         let strict = match &spec.strict {
             None => false,
@@ -454,6 +456,40 @@ impl Policy {
             rules,
         })
     }
+}
+
+/// The key written on the line holding byte `at` (`max_peak = ...`,
+/// `[[rule]]`), if any.
+fn key_on_line(text: &str, at: usize) -> Option<String> {
+    let start = text[..at.min(text.len())].rfind('\n').map_or(0, |i| i + 1);
+    let line = text[start..].lines().next()?.trim();
+    let key = line
+        .trim_start_matches('[')
+        .split(['=', ']'])
+        .next()?
+        .trim()
+        .trim_matches('"');
+    (!key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')).then(|| key.to_owned())
+}
+
+/// toml's messages in the policy's words (no Rust or serde type names).
+fn plain_toml_message(msg: &str, key: Option<&str>) -> String {
+    if msg.contains("expected a sequence") {
+        let table = key.unwrap_or("rule");
+        return format!("`{table}` is a list of tables: write [[{table}]] sections, one per entry");
+    }
+    if msg.contains("value was too large") || msg.contains("number too large") {
+        return "the number is too large for TOML (at most 9223372036854775807): write it as a string, \
+                e.g. \"9223372036854775808\""
+            .into();
+    }
+    if let Some(rest) = msg.strip_prefix("invalid type: ") {
+        return format!(
+            "wrong type: {}",
+            rest.replace("i64", "a whole number").replace("a sequence", "a list")
+        );
+    }
+    msg.to_owned()
 }
 
 /// Reads a regular file of at most [`MAX_POLICY_BYTES`], without blocking on

@@ -119,3 +119,25 @@ fn devices_fifos_and_huge_files_are_not_policies() {
     assert!(e.message.contains("a policy is at most"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// toml's own errors (a number TOML cannot hold, a table written as a
+/// value) name the key and say what to write instead.
+#[test]
+fn toml_errors_name_the_key_too() {
+    let e = parse("[[rule]]\nmax_peak = 9223372036854775808\n").unwrap_err();
+    assert_eq!((e.line, e.key.as_deref()), (2, Some("max_peak")), "{e}");
+    assert!(e.message.contains("write it as a string"), "{e}");
+    for (text, key) in [
+        ("rule = 3\n", "rule"),
+        ("[rule]\nmax_copies = 1\n", "rule"),
+        ("allow_identical = 3\n[[rule]]\nmax_copies = 1\n", "allow_identical"),
+    ] {
+        let e = parse(text).unwrap_err();
+        assert_eq!(e.key.as_deref(), Some(key), "{text}: {e}");
+        assert!(e.message.contains(&format!("write [[{key}]] sections")), "{text}: {e}");
+        assert!(
+            !e.message.contains("sequence") && !e.message.contains("invalid type"),
+            "{e}"
+        );
+    }
+}

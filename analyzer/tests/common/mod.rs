@@ -49,7 +49,8 @@ impl LogBuilder {
         LogBuilder {
             out,
             frame: Vec::new(),
-            enc: FrameEncoder::new(Vec::new(), 1),
+            // The first frame stands where an allocator puts its reserve frame.
+            enc: FrameEncoder::new(Vec::new(), 0),
         }
     }
 
