@@ -139,9 +139,10 @@ pub struct Block {
     pub start: u64,
     /// Latest observation of its content.
     pub last: Option<Obs>,
-    /// Earlier observations, oldest first (most blocks have one or none:
-    /// no allocation for them).
-    pub earlier: Vec<Obs>,
+    /// Earlier observations, oldest first. Most blocks have one or none:
+    /// boxed, so a live block stays small (the live map is the replay's
+    /// hottest structure).
+    pub earlier: Option<Box<Vec<Obs>>>,
 }
 
 impl Block {
@@ -153,14 +154,14 @@ impl Block {
             size,
             start,
             last: None,
-            earlier: Vec::new(),
+            earlier: None,
         }
     }
 
     /// Records an observation of its content.
     pub fn observe(&mut self, o: Obs) {
         if let Some(prev) = self.last.replace(o) {
-            self.earlier.push(prev);
+            self.earlier.get_or_insert_with(Default::default).push(prev);
         }
     }
 }
@@ -438,5 +439,20 @@ impl Model {
         self.observations
             .get(first..first + i.n_obs as usize)
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    /// The live map holds one of these per tracked block: keep it small.
+    #[test]
+    fn a_live_block_is_small() {
+        assert!(std::mem::size_of::<super::Obs>() <= 24);
+        assert!(std::mem::size_of::<Option<super::Obs>>() <= 24);
+        assert!(
+            std::mem::size_of::<super::Block>() <= 56,
+            "{}",
+            std::mem::size_of::<super::Block>()
+        );
     }
 }

@@ -131,7 +131,9 @@ impl Model {
             return;
         };
         let before = self.observations.len();
-        self.observations.extend(b.earlier);
+        if let Some(earlier) = b.earlier {
+            self.observations.extend(*earlier);
+        }
         self.observations.extend(b.last);
         self.intervals.push(Interval {
             tag: b.tag,
