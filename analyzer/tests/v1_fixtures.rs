@@ -1,6 +1,9 @@
 //! Logs in format version 1, written by heaptag 0.1.0, read by today's
-//! analyzer: every report must be byte for byte what that release printed
-//! (tests/fixtures/v1/README.md says how each log and output was made).
+//! analyzer: every report must be byte for byte what `expected/` holds —
+//! what that release printed, except where a later issue changed a report
+//! on purpose (issue 15: the peak RSS is VmHWM, the decomposition says how
+//! each part is known); each such change is a diff of `expected/` in the
+//! commit that made it (tests/fixtures/v1/README.md).
 //! `dups` changed what it reports on purpose (issue 14: originals and
 //! copies, content observed over time, waste at one moment): its outputs on
 //! the same logs are insta snapshots here instead, so a change shows as a

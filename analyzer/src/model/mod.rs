@@ -381,6 +381,11 @@ pub struct Model {
     moving: MixMap<(u32, u64), Block>,
     samples: MixMap<u64, Sample>,
     last_rss: Option<u64>,
+    /// Time of the latest Rss sample.
+    last_rss_t: Option<u64>,
+    /// Highest VmHWM seen: (bytes, time of the first sample that showed
+    /// it, time of the sample before it: the peak happened in between).
+    pub hwm: Option<(u64, u64, Option<u64>)>,
     last_je: Option<(u64, u64)>,
     peak_pending: bool,
     /// Tags changed since the last memory sample / the last RSS peak.
@@ -419,13 +424,18 @@ impl Model {
         self.site_acc.iter().filter(|(_, s)| s.alloc_count > 0)
     }
 
-    /// Highest RSS and when: the process's own samples, or for a `run` /
+    /// Highest RSS and when: the process's VmHWM (its true peak, even one
+    /// shorter than the sampling interval; the time is the first sample
+    /// that showed it), else the highest VmRSS sample, or for a `run` /
     /// `watch` log the highest sampled process.
     pub fn peak_rss(&self) -> Option<(u64, u64)> {
-        self.rss_peak
-            .as_ref()
-            .and_then(|c| c.rss.map(|r| (r, c.time_ns)))
-            .or_else(|| self.procs.iter().map(|p| p.peak).max())
+        let sampled = self.rss_peak.as_ref().and_then(|c| c.rss.map(|r| (r, c.time_ns)));
+        match (self.hwm, sampled) {
+            (Some((h, t, _)), Some((r, rt))) => Some(if r >= h { (r, rt) } else { (h, t) }),
+            (Some((h, t, _)), None) => Some((h, t)),
+            (None, s) => s,
+        }
+        .or_else(|| self.procs.iter().map(|p| p.peak).max())
     }
 
     /// Whether the log holds any fingerprints.

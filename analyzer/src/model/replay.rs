@@ -344,9 +344,17 @@ impl Model {
                     }
                 }
             }
-            Record::Rss { time_ns, vm_rss, .. } => {
+            Record::Rss {
+                time_ns, vm_rss, vm_hwm, ..
+            } => {
                 let t = self.time(time_ns);
                 self.last_rss = Some(vm_rss);
+                // VmHWM only grows: the peak happened between the sample
+                // before and the first one that shows it.
+                if vm_hwm > self.hwm.map_or(0, |h| h.0) {
+                    self.hwm = Some((vm_hwm, t, self.last_rss_t));
+                }
+                self.last_rss_t = Some(t);
                 // Samples come as Rss, Jemalloc, Counters, Totals: the
                 // composition is taken here and completed by the jemalloc and
                 // totals records of the same sample.

@@ -18,9 +18,10 @@ pub fn report(r: &Report, f: Format, out: &mut dyn Write) -> io::Result<()> {
         source(f, out, &s.source)?;
         let bullet = if f == Format::Markdown { "- " } else { "" };
         writeln!(out)?;
-        match &s.peak_rss {
-            Some(p) => writeln!(out, "{bullet}peak RSS:        {}", at(p))?,
-            None => writeln!(out, "{bullet}peak RSS:        not sampled")?,
+        match (&s.peak_rss, &s.peak_rss_how) {
+            (Some(p), Some(how)) => writeln!(out, "{bullet}peak RSS:        {} ({how})", bytes(p.bytes))?,
+            (Some(p), None) => writeln!(out, "{bullet}peak RSS:        {}", at(p))?,
+            (None, _) => writeln!(out, "{bullet}peak RSS:        not sampled")?,
         }
         writeln!(out, "{bullet}peak attributed: {}", at(&s.peak_attributed))?;
         writeln!(out, "{bullet}heaptag's own:   {}", bytes(s.heaptag_overhead_bytes))?;
@@ -72,13 +73,26 @@ pub fn report(r: &Report, f: Format, out: &mut dyn Write) -> io::Result<()> {
             tag_table(&s.tags, f, out)?;
         }
         if let Some(d) = &s.decomposition {
-            heading(f, out, 3, &format!("RSS at its peak ({:.3} s), taken apart", d.time_s))?;
+            let title = match d.peak_rss_bytes {
+                None => format!("RSS at its peak ({:.3} s), taken apart", d.time_s),
+                Some(p) => format!(
+                    "RSS at its highest sample ({} at {:.3} s; the peak, {} by VmHWM, fell between samples), taken apart",
+                    bytes(d.rss_bytes),
+                    d.time_s,
+                    bytes(p)
+                ),
+            };
+            heading(f, out, 3, &title)?;
             let mut t = Table::new(&["part", "bytes", "<how known"]);
-            t.row(vec!["RSS (VmRSS)".into(), bytes(d.rss_bytes), "sampled".into()]);
+            t.row(vec![
+                "RSS (VmRSS)".into(),
+                bytes(d.rss_bytes),
+                "read from /proc/self/status at the sample".into(),
+            ]);
             t.row(vec![
                 "tracked blocks (>= threshold)".into(),
                 bytes(d.tracked_bytes),
-                "exact".into(),
+                "exact (the process's counters at the sample)".into(),
             ]);
             t.row(vec![
                 "small blocks".into(),
@@ -100,29 +114,44 @@ pub fn report(r: &Report, f: Format, out: &mut dyn Write) -> io::Result<()> {
                 opt(d.allocator_overhead_bytes),
                 "jemalloc resident - allocated".into(),
             ]);
+            // A part is never shown larger than its whole: what cannot be
+            // known is said to be unknown.
+            let outside = d.outside_jemalloc_bytes.filter(|_| d.outside_jemalloc_known);
             t.row(vec![
                 "outside jemalloc".into(),
-                opt(d.outside_jemalloc_bytes),
-                "RSS - jemalloc resident".into(),
+                match (outside, d.outside_jemalloc_bytes) {
+                    (Some(o), _) => sbytes(o),
+                    (None, Some(_)) => "unknown".into(),
+                    (None, None) => "n/a".into(),
+                },
+                match (outside, d.outside_jemalloc_bytes) {
+                    (None, Some(o)) => format!(
+                        "RSS - jemalloc resident = {}: resident counts pages never touched",
+                        sbytes(o)
+                    ),
+                    _ => "RSS - jemalloc resident (jemalloc statistics at the sample)".into(),
+                },
             ]);
-            t.row(vec![
-                "  of which annotated external".into(),
-                bytes(d.external_bytes),
-                "external_alloc".into(),
-            ]);
-            t.row(vec![
-                "  of which heaptag's own".into(),
-                d.heaptag_overhead_bytes.map_or("n/a".into(), bytes),
-                "counted".into(),
-            ]);
-            t.write(f, out)?;
-            if d.outside_jemalloc_bytes.is_some_and(|b| b < 0) {
-                writeln!(
-                    out,
-                    "note: negative: jemalloc's `resident` is an upper bound (it counts pages it mapped but the \
-                     program never touched)"
-                )?;
+            let part = |v: u64, how: &str| -> (String, String) {
+                match outside {
+                    Some(o) if v > o.max(0) as u64 => (
+                        format!("<= {}", sbytes(o)),
+                        format!("{how}: {} counted, more than the whole (not all of it resident)", bytes(v)),
+                    ),
+                    Some(_) => (bytes(v), how.to_string()),
+                    None => (format!("{} counted", bytes(v)), format!("{how}; the whole is unknown")),
+                }
+            };
+            let (v, how) = part(d.external_bytes, "external_alloc (annotated)");
+            t.row(vec!["  of which annotated external".into(), v, how]);
+            match d.heaptag_overhead_bytes {
+                Some(own) => {
+                    let (v, how) = part(own, "heaptag's own, counted");
+                    t.row(vec!["  of which heaptag's own".into(), v, how]);
+                }
+                None => t.row(vec!["  of which heaptag's own".into(), "n/a".into(), "not in this log".into()]),
             }
+            t.write(f, out)?;
             if d.unprefixed_jemalloc {
                 writeln!(
                     out,

@@ -111,13 +111,18 @@ pub struct TagRow {
     pub external_bytes: i64,
 }
 
-/// The RSS decomposition at the RSS peak.
+/// The RSS decomposition at the highest RSS sample: every part from that
+/// one sample (the process's own totals and jemalloc's statistics written
+/// with it), none larger than its whole.
 #[derive(Clone, Debug, Serialize)]
 pub struct Decomposition {
     /// When, seconds.
     pub time_s: f64,
-    /// VmRSS.
+    /// VmRSS at that sample.
     pub rss_bytes: u64,
+    /// The true peak (VmHWM), when it is higher than this sample: the
+    /// decomposition is of the nearest sample, not of the peak itself.
+    pub peak_rss_bytes: Option<u64>,
     /// Tracked blocks alive (exact).
     pub tracked_bytes: u64,
     /// Small blocks alive: exact total when the log has process totals,
@@ -133,8 +138,11 @@ pub struct Decomposition {
     /// jemalloc resident - allocated: dirty pages, metadata, fragmentation.
     pub allocator_overhead_bytes: Option<i64>,
     /// RSS - jemalloc resident: everything jemalloc does not hold (C/C++
-    /// malloc, stacks, mmaps, binaries, heaptag's own tables).
+    /// malloc, stacks, mmaps, binaries, heaptag's own tables). Negative when
+    /// jemalloc counts as resident pages never touched: then unknown.
     pub outside_jemalloc_bytes: Option<i64>,
+    /// `outside_jemalloc_bytes` is a real figure (not negative, not missing).
+    pub outside_jemalloc_known: bool,
     /// heaptag's own memory (part of `outside_jemalloc_bytes` in the default build).
     pub heaptag_overhead_bytes: Option<u64>,
     /// C and C++ code allocates from jemalloc too (unprefixed build): their
@@ -144,21 +152,27 @@ pub struct Decomposition {
 
 fn decomposition(m: &Model, c: &Composition) -> Option<Decomposition> {
     let rss = c.rss?;
-    let (small, stderr) = match c.totals {
-        Some((live, tracked, _)) => (live.saturating_sub(tracked), 0.0),
-        None => c.small,
+    // One instant: with the process's totals of this sample, tracked and
+    // small both come from them (not tracked from the replay and small
+    // from the totals: they were read at slightly different moments).
+    let (tracked, small, stderr) = match c.totals {
+        Some((live, tracked, _)) => (tracked, live.saturating_sub(tracked), 0.0),
+        None => (c.tracked, c.small.0, c.small.1),
     };
-    let live = c.totals.map_or(c.tracked + small, |t| t.0);
+    let live = tracked.saturating_add(small);
+    let outside = c.jemalloc.map(|(_, r)| rss as i64 - r as i64);
     Some(Decomposition {
         time_s: secs(c.time_ns),
         rss_bytes: rss,
-        tracked_bytes: c.tracked,
+        peak_rss_bytes: m.peak_rss().map(|p| p.0).filter(|&p| p > rss),
+        outside_jemalloc_known: outside.is_some_and(|o| o >= 0),
+        tracked_bytes: tracked,
         small_bytes: small,
         small_stderr_bytes: stderr.round() as u64,
         external_bytes: c.external,
         jemalloc_rounding_bytes: c.jemalloc.map(|(a, _)| a as i64 - live as i64),
         allocator_overhead_bytes: c.jemalloc.map(|(a, r)| r as i64 - a as i64),
-        outside_jemalloc_bytes: c.jemalloc.map(|(_, r)| rss as i64 - r as i64),
+        outside_jemalloc_bytes: outside,
         heaptag_overhead_bytes: c.totals.map(|t| t.2),
         unprefixed_jemalloc: m.header.settings.unprefixed_jemalloc,
     })
@@ -169,8 +183,12 @@ fn decomposition(m: &Model, c: &Composition) -> Option<Decomposition> {
 pub struct ReportSection {
     /// The log.
     pub source: Source,
-    /// Highest VmRSS sampled.
+    /// Peak RSS: the process's VmHWM (its true peak, with the time of the
+    /// first sample that showed it), else the highest VmRSS sampled.
     pub peak_rss: Option<At>,
+    /// How `peak_rss` is known, in words (`VmHWM, reached between 0.400 s
+    /// and 0.441 s`, `highest VmRSS sample`).
+    pub peak_rss_how: Option<String>,
     /// Highest attributed bytes (tracked exact + small estimate).
     pub peak_attributed: At,
     /// Highest heaptag overhead seen.
@@ -352,6 +370,19 @@ fn tag_rows(m: &Model) -> Vec<TagRow> {
     rows.into_iter().map(|(_, r)| r).collect()
 }
 
+/// How the peak RSS is known.
+fn peak_rss_how(m: &Model) -> Option<String> {
+    let (peak, _) = m.peak_rss()?;
+    Some(match m.hwm {
+        Some((h, t, prev)) if h == peak => match prev {
+            Some(p) => format!("VmHWM, reached between {:.3} s and {:.3} s", secs(p), secs(t)),
+            None => format!("VmHWM, reached by {:.3} s (the first sample)", secs(t)),
+        },
+        _ if m.rss_peak.is_some() => "highest VmRSS sample".into(),
+        _ => "highest sample of the watched processes".into(),
+    })
+}
+
 /// Builds `heaptag report` from loaded logs.
 pub fn report(models: &[Model]) -> Report {
     let sources: Vec<ReportSection> = models
@@ -362,6 +393,7 @@ pub fn report(models: &[Model]) -> Report {
                 bytes: b,
                 time_s: secs(t),
             }),
+            peak_rss_how: peak_rss_how(m),
             peak_attributed: At {
                 bytes: m.attributed_peak.0,
                 time_s: secs(m.attributed_peak.2),
