@@ -18,7 +18,10 @@ const SPIKE: usize = 256 << 20;
 fn run_program(log: &Path) {
     // Samples only at marks (the interval is far longer than the run), so
     // the order is certain: a sample before the spike, one after it.
-    heaptag::LogConfig::new(log).interval(Duration::from_secs(3600)).start().unwrap();
+    heaptag::LogConfig::new(log)
+        .interval(Duration::from_secs(3600))
+        .start()
+        .unwrap();
     heaptag::mark("before");
     // Wait (bounded) until the writer has taken that sample: order, not time.
     for _ in 0..6000 {
@@ -46,9 +49,12 @@ fn a_spike_between_samples_is_the_peak() {
         return;
     }
     let log = common::temp_log("rss_peak_hwm");
-    let out = common::child("a_spike_between_samples_is_the_peak", &[("RSS_LOG", log.to_str().unwrap())])
-        .output()
-        .unwrap();
+    let out = common::child(
+        "a_spike_between_samples_is_the_peak",
+        &[("RSS_LOG", log.to_str().unwrap())],
+    )
+    .output()
+    .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let mut json = Vec::new();
     heaptag_analyzer::run(
@@ -63,7 +69,14 @@ fn a_spike_between_samples_is_the_peak() {
     let s = &v["sources"][0];
     let peak = s["peak_rss"]["bytes"].as_u64().unwrap();
     assert!(peak >= SPIKE as u64, "the spike is the peak: {}", s["peak_rss"]);
-    assert!(s["peak_rss_how"].as_str().unwrap().starts_with("VmHWM, reached between"), "{}", s["peak_rss_how"]);
+    assert!(
+        s["peak_rss_how"]
+            .as_str()
+            .unwrap()
+            .starts_with("VmHWM, reached between"),
+        "{}",
+        s["peak_rss_how"]
+    );
     let d = &s["decomposition"];
     let sampled = d["rss_bytes"].as_u64().unwrap();
     if sampled < peak {

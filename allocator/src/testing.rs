@@ -154,9 +154,11 @@ impl Measured {
         self.tags.iter().filter(move |t| t.tag.stage == Some(stage))
     }
 
-    /// Highest live bytes of (stage, partition).
+    /// Highest tracked (exact) live bytes of (stage, partition): small
+    /// blocks are only sampled, and an assertion on a sampled figure would
+    /// pass or fail from run to run.
     pub fn peak(&self, stage: &str, partition: Option<u32>) -> u64 {
-        self.tag(stage, partition).map_or(0, |t| t.peak_live_bytes)
+        self.tag(stage, partition).map_or(0, |t| t.tracked.peak_live_bytes)
     }
 
     /// Tracked bytes `stage` still holds after the closure (all partitions).

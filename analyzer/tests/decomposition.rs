@@ -21,7 +21,14 @@ fn log(name: &str, resident: u64, external: u64) -> std::path::PathBuf {
         // RSS 40 MiB; jemalloc allocated 9 MiB, resident `resident`; the
         // process's totals at the sample count one more 64 KiB block than
         // the replay has seen (its event is in a later frame).
-        .sample(10 * MS, 40 * MIB, 9 * MIB, resident, 8 * MIB + MIB / 2 + 64 * 1024, 8 * MIB + 64 * 1024)
+        .sample(
+            10 * MS,
+            40 * MIB,
+            9 * MIB,
+            resident,
+            8 * MIB + MIB / 2 + 64 * 1024,
+            8 * MIB + 64 * 1024,
+        )
         .rec(Record::End {
             time_ns: 20 * MS,
             dropped: 0,
@@ -83,5 +90,9 @@ fn tracked_and_small_come_from_the_same_sample() {
         + d["jemalloc_rounding_bytes"].as_i64().unwrap()
         + d["allocator_overhead_bytes"].as_i64().unwrap()
         + d["outside_jemalloc_bytes"].as_i64().unwrap();
-    assert_eq!(parts, d["rss_bytes"].as_i64().unwrap(), "the parts add up to RSS exactly: {d}");
+    assert_eq!(
+        parts,
+        d["rss_bytes"].as_i64().unwrap(),
+        "the parts add up to RSS exactly: {d}"
+    );
 }

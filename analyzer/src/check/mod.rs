@@ -319,17 +319,32 @@ fn evaluate(
             }
         }
         Limit::MaxPeak(max, Per::Tag) => {
+            // The exact tracked peak: it does not move with the sampling,
+            // so the gate does not flap. With `include_small`, the small
+            // estimate at that moment counts, less 2 standard errors.
             let mut worst = 0u64;
             for &t in tags {
                 let Some(a) = m.tag_acc.get(t) else { continue };
-                worst = worst.max(a.peak);
-                if a.peak > max {
-                    offenders.push(format!(
-                        "{}: peak {} at {:.3} s",
-                        m.tag(t),
-                        bytes(a.peak),
-                        secs(a.peak_t)
-                    ));
+                let (peak, at, note) = if rule.include_small {
+                    let (small, var) = a.small_at_tracked_peak;
+                    let sd = var.sqrt();
+                    let judged = (a.tracked_peak as f64 + small as f64 - 2.0 * sd).max(0.0) as u64;
+                    (
+                        judged,
+                        a.tracked_peak_t,
+                        format!(
+                            " ({} tracked + {} +- {} small, less 2 standard errors)",
+                            bytes(a.tracked_peak),
+                            bytes(small),
+                            bytes(sd as u64)
+                        ),
+                    )
+                } else {
+                    (a.tracked_peak, a.tracked_peak_t, String::new())
+                };
+                worst = worst.max(peak);
+                if peak > max {
+                    offenders.push(format!("{}: peak {} at {:.3} s{note}", m.tag(t), bytes(peak), secs(at)));
                 }
             }
             if rule.selector.site.is_some() {

@@ -217,6 +217,12 @@ pub struct TagAcc {
     pub peak_t: u64,
     /// Highest tracked alone (exact).
     pub tracked_peak: u64,
+    /// When `tracked_peak` was reached, ns.
+    pub tracked_peak_t: u64,
+    /// The small-block estimate at that moment, and its variance.
+    pub small_at_tracked_peak: (u64, f64),
+    /// Sampled small blocks alive now (their weights make `small`).
+    pub small_samples: u64,
     /// Tracked bytes allocated.
     pub tracked_alloc: u64,
     /// Tracked blocks allocated.

@@ -60,7 +60,13 @@ impl Model {
         let a = self.tag_acc.entry(tag);
         if tracked {
             add(&mut a.tracked, bytes, &mut of);
-            a.tracked_peak = a.tracked_peak.max(a.tracked);
+            if a.tracked > a.tracked_peak {
+                // The exact peak, and the small-block estimate beside it
+                // (not the maximum of a noisy estimate, which is biased up).
+                a.tracked_peak = a.tracked;
+                a.tracked_peak_t = t;
+                a.small_at_tracked_peak = (a.small, a.small_var);
+            }
         } else {
             add(&mut a.small, bytes, &mut of);
         }
@@ -272,7 +278,9 @@ impl Model {
                     weight,
                 };
                 self.grow(tag, stack, weight, false, t);
-                self.acc(tag).small_var += s.var();
+                let a = self.acc(tag);
+                a.small_var += s.var();
+                a.small_samples += 1;
                 self.small_var += s.var();
                 if let Some(old) = self.samples.insert(addr, s) {
                     self.drop_sample(old);
@@ -345,7 +353,10 @@ impl Model {
                 }
             }
             Record::Rss {
-                time_ns, vm_rss, vm_hwm, ..
+                time_ns,
+                vm_rss,
+                vm_hwm,
+                ..
             } => {
                 let t = self.time(time_ns);
                 self.last_rss = Some(vm_rss);
@@ -444,6 +455,7 @@ impl Model {
         let v = s.var();
         let a = self.acc(s.tag);
         a.small_var = (a.small_var - v).max(0.0);
+        a.small_samples = a.small_samples.saturating_sub(1);
         self.small_var = (self.small_var - v).max(0.0);
     }
 

@@ -73,6 +73,7 @@ struct RuleSpec {
     max_unattributed: Option<Spanned<Value>>,
     max_dropped_events: Option<Spanned<Value>>,
     max_increase: Option<Spanned<Value>>,
+    include_small: Option<Spanned<Value>>,
 }
 
 /// An `[[allow_identical]]` entry as written.
@@ -196,6 +197,11 @@ pub struct Rule {
     pub selector: Selector,
     /// Its limits (at least one).
     pub limits: Vec<Limit>,
+    /// `max_peak` per tag counts the small-block estimate too (judged with
+    /// its error: a tag fails only when it is over by more than 2 standard
+    /// errors). Off: the exact tracked peak, which does not change from run
+    /// to run with the sampling.
+    pub include_small: bool,
 }
 
 /// A parsed policy.
@@ -438,11 +444,32 @@ impl Policy {
                 let keys: Vec<&str> = limits.iter().map(Limit::key).collect();
                 format!("rule at line {line} ({})", keys.join(", "))
             });
+            let include_small = match &r.include_small {
+                None => false,
+                Some(v) => match v.get_ref() {
+                    Value::Boolean(b) => *b,
+                    _ => {
+                        return Err(err(
+                            Some(v.span()),
+                            Some("include_small"),
+                            "expected true or false".into(),
+                        ))
+                    }
+                },
+            };
+            if include_small && r.max_peak.is_none() {
+                return Err(err(
+                    r.include_small.as_ref().map(|s| s.span()),
+                    Some("include_small"),
+                    "only applies to max_peak".into(),
+                ));
+            }
             rules.push(Rule {
                 name,
                 line,
                 selector,
                 limits,
+                include_small,
             });
         }
         if rules.is_empty() {

@@ -136,7 +136,10 @@ pub fn report(r: &Report, f: Format, out: &mut dyn Write) -> io::Result<()> {
                 match outside {
                     Some(o) if v > o.max(0) as u64 => (
                         format!("<= {}", sbytes(o)),
-                        format!("{how}: {} counted, more than the whole (not all of it resident)", bytes(v)),
+                        format!(
+                            "{how}: {} counted, more than the whole (not all of it resident)",
+                            bytes(v)
+                        ),
                     ),
                     Some(_) => (bytes(v), how.to_string()),
                     None => (format!("{} counted", bytes(v)), format!("{how}; the whole is unknown")),
@@ -149,7 +152,11 @@ pub fn report(r: &Report, f: Format, out: &mut dyn Write) -> io::Result<()> {
                     let (v, how) = part(own, "heaptag's own, counted");
                     t.row(vec!["  of which heaptag's own".into(), v, how]);
                 }
-                None => t.row(vec!["  of which heaptag's own".into(), "n/a".into(), "not in this log".into()]),
+                None => t.row(vec![
+                    "  of which heaptag's own".into(),
+                    "n/a".into(),
+                    "not in this log".into(),
+                ]),
             }
             t.write(f, out)?;
             if d.unprefixed_jemalloc {
@@ -208,14 +215,31 @@ fn tag_table(rows: &[crate::report::TagRow], f: Format, out: &mut dyn Write) -> 
         "external",
     ]);
     for r in rows {
-        let end = if r.live_end_stderr_bytes > 0 {
-            format!("{} +- {}", bytes(r.live_end_bytes), bytes(r.live_end_stderr_bytes))
+        let end = match r.live_end_small_upper_bytes {
+            // No sampled block alive: not "0 +- 0" but an upper bound.
+            Some(u) if r.live_end_tracked_bytes > 0 => {
+                format!(
+                    "{} + <= {} small (none sampled)",
+                    bytes(r.live_end_tracked_bytes),
+                    bytes(u)
+                )
+            }
+            Some(u) => format!("<= {} (none sampled)", bytes(u)),
+            None if r.live_end_stderr_bytes > 0 => {
+                format!("{} +- {}", bytes(r.live_end_bytes), bytes(r.live_end_stderr_bytes))
+            }
+            None => bytes(r.live_end_bytes),
+        };
+        let peak = if r.peak_is_estimate_max {
+            format!("{} (est. max)", bytes(r.peak_live.bytes))
+        } else if r.peak_small_stderr_bytes > 0 {
+            format!("{} +- {}", bytes(r.peak_live.bytes), bytes(r.peak_small_stderr_bytes))
         } else {
-            bytes(r.live_end_bytes)
+            bytes(r.peak_live.bytes)
         };
         t.row(vec![
             r.tag.clone(),
-            bytes(r.peak_live.bytes),
+            peak,
             if r.peak_live.bytes == 0 {
                 "-".into()
             } else {

@@ -92,16 +92,31 @@ pub struct TagRow {
     /// The id, when the log used it without defining it (damage).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub undefined: Option<u32>,
-    /// Highest live bytes (tracked exact + small estimate), and when.
+    /// Peak live bytes: the exact tracked peak plus the small-block
+    /// estimate at that moment (`peak_small_bytes` +- `peak_small_stderr_bytes`),
+    /// and when. A tag with no tracked block has only an estimate: then the
+    /// highest value of the estimate (`peak_is_estimate_max`), which is
+    /// biased upward.
     pub peak_live: At,
-    /// Highest tracked live bytes (exact).
+    /// Highest tracked live bytes (exact): what `check`'s `max_peak` gates on.
     pub peak_tracked_bytes: u64,
+    /// The small-block estimate in `peak_live`.
+    pub peak_small_bytes: u64,
+    /// Its standard error.
+    pub peak_small_stderr_bytes: u64,
+    /// `peak_live` is the maximum of an estimate (no tracked block): biased upward.
+    pub peak_is_estimate_max: bool,
     /// Live bytes at the end of the log.
     pub live_end_bytes: u64,
     /// Of which in tracked blocks (exact).
     pub live_end_tracked_bytes: u64,
     /// Standard error of the small-block part of `live_end_bytes`.
     pub live_end_stderr_bytes: u64,
+    /// No sampled small block of the tag is alive, yet it allocated small
+    /// blocks: the estimate (0) says nothing, so this is a 95% upper bound
+    /// of its small live bytes (sampling rate x ln 20, at most what it
+    /// allocated in small blocks).
+    pub live_end_small_upper_bytes: Option<u64>,
     /// Bytes allocated over the run (all sizes, exact, from the process's
     /// counters; tracked bytes only if the log has no counter sample).
     pub allocated_bytes: u64,
@@ -339,25 +354,55 @@ fn phases(models: &[Model]) -> Vec<PhaseRow> {
     out
 }
 
+/// With no sampled block of a tag alive, the chance of that while it holds
+/// `L` small bytes is `exp(-L / rate)` (sampling is Poisson by bytes): below
+/// 5% once `L > rate x ln 20`. That, capped at the small bytes it allocated,
+/// is an honest 95% upper bound where the estimate would read `0 +- 0`.
+fn small_upper_bound(m: &Model, a: &crate::model::TagAcc) -> Option<u64> {
+    let rate = m.header.settings.sample_rate;
+    let small_allocated = a.alloc_bytes?.saturating_sub(a.tracked_alloc);
+    (a.small_samples == 0 && rate > 0 && small_allocated > 0)
+        .then(|| ((rate as f64 * 20f64.ln()) as u64).min(small_allocated))
+}
+
 fn tag_rows(m: &Model) -> Vec<TagRow> {
     let mut rows: Vec<(TagKey, TagRow)> = m
         .tags_used()
         .map(|(id, a)| {
             let k = m.tag(id);
+            let (peak_live, peak_small, peak_var, estimate_max) = if a.tracked_peak > 0 {
+                let (small, var) = a.small_at_tracked_peak;
+                (
+                    At {
+                        bytes: a.tracked_peak.saturating_add(small),
+                        time_s: secs(a.tracked_peak_t),
+                    },
+                    small,
+                    var,
+                    false,
+                )
+            } else {
+                let at = At {
+                    bytes: a.peak,
+                    time_s: secs(a.peak_t),
+                };
+                (at, a.peak, 0.0, a.peak > 0)
+            };
             let row = TagRow {
                 tag: k.to_string(),
                 job: k.job,
                 stage: k.stage.clone(),
                 partition: k.partition,
                 undefined: k.undefined,
-                peak_live: At {
-                    bytes: a.peak,
-                    time_s: secs(a.peak_t),
-                },
+                peak_live,
                 peak_tracked_bytes: a.tracked_peak,
+                peak_small_bytes: peak_small,
+                peak_small_stderr_bytes: peak_var.sqrt().round() as u64,
+                peak_is_estimate_max: estimate_max,
                 live_end_bytes: a.tracked.saturating_add(a.small),
                 live_end_tracked_bytes: a.tracked,
                 live_end_stderr_bytes: a.small_var.sqrt().round() as u64,
+                live_end_small_upper_bytes: small_upper_bound(m, a),
                 allocated_bytes: a.alloc_bytes.unwrap_or(a.tracked_alloc),
                 allocations: a.alloc_count.unwrap_or(a.tracked_count),
                 external_bytes: a.external,
@@ -419,6 +464,9 @@ pub fn report(models: &[Model]) -> Report {
                     total: TagRow {
                         peak_live: At { bytes: 0, time_s: 0.0 },
                         peak_tracked_bytes: 0,
+                        peak_small_bytes: 0,
+                        peak_small_stderr_bytes: 0,
+                        live_end_small_upper_bytes: None,
                         live_end_bytes: 0,
                         live_end_tracked_bytes: 0,
                         live_end_stderr_bytes: 0,
