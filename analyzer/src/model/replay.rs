@@ -234,6 +234,7 @@ impl Model {
                     .remove(&(thread, old_addr))
                     .or_else(|| self.live.remove(&old_addr));
                 let old_size = old.as_ref().map_or(0, |b| b.size);
+                let moved_tag = old.as_ref().is_some_and(|b| b.tag != tag);
                 let mut b = match old {
                     Some(b) => {
                         self.shrink(b.tag, b.stack, b.size, true);
@@ -245,7 +246,6 @@ impl Model {
                 // to the record's tag, the resizing thread's. Under the same
                 // tag a resize allocates only its growth; under another tag
                 // the whole block is a new allocation of that tag.
-                let moved_tag = old.is_some() && b.tag != tag;
                 let allocated = if moved_tag { size } else { size.saturating_sub(old_size) };
                 self.grow(tag, b.stack, size, true, t);
                 let mut of = false;
