@@ -283,9 +283,9 @@ pub fn job(id: u64) -> TagGuard {
 /// ```no_run
 /// use std::sync::OnceLock;
 /// static PCE: OnceLock<Vec<u64>> = OnceLock::new();
-/// let _part = heaptag::partition(0);
+/// let _part = heaptag_alloc::partition(0);
 /// // Charged to (no job, "pce_load", no partition), not to partition 0:
-/// let pce = PCE.get_or_init(|| heaptag::shared("pce_load", || vec![0u64; 1 << 20]));
+/// let pce = PCE.get_or_init(|| heaptag_alloc::shared("pce_load", || vec![0u64; 1 << 20]));
 /// ```
 ///
 /// A realloc is charged to the tag of the thread that makes it (the realloc
