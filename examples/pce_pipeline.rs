@@ -188,13 +188,12 @@ fn build_pce(mib: usize) -> Pce {
 
 static PCE: OnceLock<Arc<Pce>> = OnceLock::new();
 
-/// The process-wide PCE, extracted once under the `pce_load` stage.
+/// The process-wide PCE, extracted once. Every job and partition uses it, so
+/// it is charged to the shared tag (no job, `pce_load`, no partition), not
+/// to the partition that happens to build it.
 fn shared_pce(mib: usize) -> Arc<Pce> {
-    PCE.get_or_init(|| {
-        let _s = heaptag::stage("pce_load");
-        Arc::new(build_pce(mib))
-    })
-    .clone()
+    PCE.get_or_init(|| heaptag::shared("pce_load", || Arc::new(build_pce(mib))))
+        .clone()
 }
 
 fn spmv(m: &Csr, w: &[Fr]) -> Vec<Fr> {

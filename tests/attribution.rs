@@ -178,20 +178,23 @@ fn free_on_another_thread_is_charged_to_the_allocating_tag() {
 }
 
 #[test]
-fn realloc_keeps_the_original_tag_in_place_and_when_moving() {
+fn realloc_charges_the_resizing_tag_in_place_and_when_moving() {
     let a = Tag::new(Some(43), Some("realloc"), Some(0));
     let b = Tag::new(Some(43), Some("realloc"), Some(1));
     let mut v: Vec<u8> = a.scope(|| Vec::with_capacity(128 * 1024));
     v.resize(128 * 1024, 1);
-    // Grow under another tag: the block keeps tag `a`, wherever it lands.
+    // Grow under another tag: a realloc is a new block of `b` (the realloc
+    // rule, docs/REPORTS.md), wherever it lands; `a` is released.
     b.scope(|| v.reserve_exact(3 << 20));
+    let s = heaptag::snapshot();
+    assert_eq!(tracked_live(&s, &a), 0);
+    assert_eq!(tracked_live(&s, &b), v.capacity() as u64);
+    assert_eq!(s.tag(&a).unwrap().tracked.free_bytes, 128 * 1024);
+    // Shrink in place or by moving under `a`: back to `a`, with the new size.
+    a.scope(|| v.shrink_to(100 * 1024));
     let s = heaptag::snapshot();
     assert_eq!(tracked_live(&s, &a), v.capacity() as u64);
     assert_eq!(tracked_live(&s, &b), 0);
-    // Shrink in place or by moving: still `a`, with the new size.
-    b.scope(|| v.shrink_to(100 * 1024));
-    let s = heaptag::snapshot();
-    assert_eq!(tracked_live(&s, &a), v.capacity() as u64);
     assert_eq!(s.tag(&a).unwrap().tracked.live_count, 1);
     drop(v);
     assert_eq!(tracked_live(&heaptag::snapshot(), &a), 0);

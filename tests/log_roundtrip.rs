@@ -1,6 +1,6 @@
 //! A program writes its log (started in-process) and the reader gets back
 //! what happened: tags, tracked allocations and frees with stacks, a realloc
-//! that keeps its tag, a mark, fingerprints (zero-filled flagged, identical
+//! charged to the resizing thread's tag, a mark, fingerprints (zero-filled flagged, identical
 //! copies equal), memory samples, external memory, symbols, the end record.
 
 mod common;
@@ -103,7 +103,8 @@ fn a_logged_run_reads_back_completely() {
     assert_eq!(find(zeros_addr).unwrap().0, part_id);
 
     // The grown Vec: allocated under `part` when it crossed the threshold
-    // (100,000 bytes), then reallocated under `pce`'s guard: still `part`.
+    // (100,000 bytes), then reallocated under `pce`'s guard: the realloc
+    // rule charges the new block to `pce` (docs/REPORTS.md).
     let realloc = recs
         .iter()
         .find_map(|r| match r {
@@ -113,7 +114,7 @@ fn a_logged_run_reads_back_completely() {
             _ => None,
         })
         .expect("a realloc record");
-    assert_eq!(realloc.0, part_id, "realloc keeps the original tag");
+    assert_eq!(realloc.0, pce_id, "a realloc is charged to the resizing thread's tag");
     assert_eq!(realloc.1, grown.capacity() as u64);
 
     // Frees of the dropped blocks.

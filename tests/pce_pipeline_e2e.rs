@@ -9,7 +9,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use heaptag_analyzer::{run, Command, Format};
+use heaptag_analyzer::{run, By, Command, Format};
 use serde_json::Value;
 
 const JOBS: u64 = 2;
@@ -142,6 +142,44 @@ fn shared() {
     assert!(
         dealloc.is_none_or(|t| t["peak_tracked_bytes"] == 0),
         "frees are not charged to the freeing thread"
+    );
+
+    // The cache is built with `heaptag::shared` (issue 15 item 7): charged
+    // to no job and no partition, so partition 0 (whose setup builds it) is
+    // not the heavy one and the PCE shows as shared by partition and by job.
+    let pce = tags.iter().find(|t| t["stage"] == "pce_load").expect("pce_load tag");
+    assert!(pce["job"].is_null() && pce["partition"].is_null(), "{pce}");
+    let peaks = |by| -> Vec<(String, u64)> {
+        let t = json(Command::Timeline {
+            logs: vec![log.clone()],
+            format: Format::Json,
+            by,
+            csv: false,
+        });
+        t["sources"][0]["series"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["key"].as_str().unwrap().to_string(),
+                    s["peak_bytes"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let by_partition = peaks(By::Partition);
+    let peak_of = |series: &[(String, u64)], key: &str| series.iter().find(|s| s.0 == key).map(|s| s.1);
+    let shared = peak_of(&by_partition, "shared (no partition)").expect("a shared series");
+    assert!(shared >= pce_bytes(), "the PCE is shared: {by_partition:?}");
+    assert_eq!(by_partition[0].0, "shared (no partition)", "{by_partition:?}");
+    // (A partition's short-lived data may fall between samples: no series.)
+    let p0 = peak_of(&by_partition, "partition 0").unwrap_or(0);
+    assert!(p0 < pce_bytes(), "partition 0 does not hold the PCE: {by_partition:?}");
+    let by_job = peaks(By::Job);
+    assert!(
+        peak_of(&by_job, "shared (no job)").is_some_and(|b| b >= pce_bytes()),
+        "{by_job:?}"
     );
 }
 

@@ -10,7 +10,9 @@
 //!   the per-tag live estimate;
 //! - every free: the size from the `Layout` decides "tracked?", the address
 //!   hash decides "sampled?"; only those touch the table, and the free is
-//!   charged to the tag stored at allocation, whichever thread frees.
+//!   charged to the tag stored at allocation, whichever thread frees;
+//! - every realloc: a free of the old block (as above) and an allocation of
+//!   the new one under the reallocating thread's tag, in every mode.
 //!
 //! It never panics, never allocates through itself, and holds a lock only for
 //! one table insert or remove (tracked and sampled blocks only).
@@ -297,7 +299,7 @@ impl<A: GlobalAlloc> Alloc<A> {
                 table::insert(addr, e);
                 if logging {
                     if stays_tracked {
-                        emit_realloc(addr, &e, addr, e.size);
+                        emit_realloc(addr, &e, e.tag, addr, e.size);
                     } else {
                         emit_enter(addr, &e, clock::now_ns());
                     }
@@ -305,25 +307,22 @@ impl<A: GlobalAlloc> Alloc<A> {
             }
             return new;
         }
-        // The old block goes away, charged to its own tag; the new one comes
-        // under the same tag (the current thread's when the old block was
-        // small and unsampled, so its tag is unknown).
-        let (cur_tag, thread) = thread::charged();
-        let tag = match old_entry {
-            Some(e) => {
-                release(addr, &e, old_size, false);
-                e.tag
-            }
-            None => {
-                untracked_free(old_size);
-                cur_tag
-            }
-        };
+        // The realloc rule (docs/REPORTS.md), the same in every mode: the old
+        // block goes away as a free would (from the tag holding it when it
+        // has a record, else as an unrecorded small free), and the new block
+        // is a new allocation of the reallocating thread's current tag. It
+        // never needs the tag of an unrecorded block, which no mode knows,
+        // so per-tag tracked figures do not depend on the threshold.
+        let (tag, thread) = thread::charged();
+        match old_entry {
+            Some(e) => release(addr, &e, old_size, false),
+            None => untracked_free(old_size),
+        }
         thread::count_pair(tag, None, new_size as u64);
         if is_recorded(new as usize, new_size) {
             let recorded = record(new as usize, new_size, tag, thread, old_entry, !stays_tracked);
             if let (true, true, Some(e)) = (recorded && logging, stays_tracked, old_entry) {
-                emit_realloc(addr, &e, new as usize, new_size as u64);
+                emit_realloc(addr, &e, tag, new as usize, new_size as u64);
             }
         }
         new
@@ -376,12 +375,14 @@ fn emit_leave(addr: usize, e: &Entry) {
     });
 }
 
-/// Queues a Realloc of the tracked block `old` at `from` to `to`, `size` bytes.
-fn emit_realloc(from: usize, old: &Entry, to: usize, size: u64) {
+/// Queues a Realloc of the tracked block `old` at `from` to `to`, `size`
+/// bytes, charged to `tag` (the reallocating thread's; readers move the old
+/// bytes off `old.tag`).
+fn emit_realloc(from: usize, old: &Entry, tag: u32, to: usize, size: u64) {
     log::emit(Event::Realloc {
         time_ns: clock::now_ns(),
         thread: thread::number(),
-        tag: old.tag,
+        tag,
         old_addr: from as u64,
         old_size: old.size,
         addr: to as u64,

@@ -55,6 +55,19 @@ impl Tag {
         Tag { job, stage, partition }
     }
 
+    /// The tag of process-wide memory built in `stage`: no job, no
+    /// partition. Enter it with [`shared`] around a cache that every job and
+    /// partition uses (a `OnceLock`), so whoever happens to build it first
+    /// is not charged for it; per-job and per-partition views show it as
+    /// `shared (no job)` / `shared (no partition)`.
+    pub const fn shared(stage: &'static str) -> Tag {
+        Tag {
+            job: None,
+            stage: Some(stage),
+            partition: None,
+        }
+    }
+
     /// True for the untagged tag.
     pub fn is_untagged(&self) -> bool {
         *self == Tag::UNTAGGED
@@ -260,6 +273,25 @@ pub fn job(id: u64) -> TagGuard {
         ..current()
     }
     .enter()
+}
+
+/// Runs `f` charged to the process-wide tag [`Tag::shared`]`(stage)` (no job,
+/// no partition), whatever the calling thread's tag, then restores it (also
+/// when `f` unwinds). For memory every job and partition shares, such as a
+/// cache built once:
+///
+/// ```no_run
+/// use std::sync::OnceLock;
+/// static PCE: OnceLock<Vec<u64>> = OnceLock::new();
+/// let _part = heaptag_alloc::partition(0);
+/// // Charged to (no job, "pce_load", no partition), not to partition 0:
+/// let pce = PCE.get_or_init(|| heaptag_alloc::shared("pce_load", || vec![0u64; 1 << 20]));
+/// ```
+///
+/// A realloc is charged to the tag of the thread that makes it (the realloc
+/// rule in docs/REPORTS.md): grow such memory inside `shared` too.
+pub fn shared<R>(stage: &'static str, f: impl FnOnce() -> R) -> R {
+    Tag::shared(stage).scope(f)
 }
 
 // ---------------------------------------------------------------------------

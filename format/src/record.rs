@@ -123,13 +123,16 @@ records! {
             /// Address being resized.
             addr: Addr,
         }
-        /// A tracked block was resized (possibly moved), keeping its tag.
+        /// A tracked block was resized (possibly moved): its old bytes leave
+        /// the tag that held them and the new size is charged to `tag`, the
+        /// resizing thread's tag (a realloc is a new block).
         5 Realloc "realloc" {
             /// Nanoseconds since the log's start.
             time_ns: Time,
             /// Thread's number.
             thread: U32,
-            /// Tag charged (the block's original tag).
+            /// Tag charged with the new size (the resizing thread's tag; it
+            /// may differ from the old block's).
             tag: U32,
             /// Old address.
             old_addr: Addr,

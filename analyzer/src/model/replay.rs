@@ -240,6 +240,7 @@ impl Model {
                     .remove(&(thread, old_addr))
                     .or_else(|| self.live.remove(&old_addr));
                 let old_size = old.as_ref().map_or(0, |b| b.size);
+                let moved_tag = old.as_ref().is_some_and(|b| b.tag != tag);
                 let mut b = match old {
                     Some(b) => {
                         self.shrink(b.tag, b.stack, b.size, true);
@@ -247,10 +248,18 @@ impl Model {
                     }
                     None => Block::new(tag, 0, size, t),
                 };
+                // The realloc rule (docs/REPORTS.md): the new size is charged
+                // to the record's tag, the resizing thread's. Under the same
+                // tag a resize allocates only its growth; under another tag
+                // the whole block is a new allocation of that tag.
+                let allocated = if moved_tag { size } else { size.saturating_sub(old_size) };
                 self.grow(tag, b.stack, size, true, t);
                 let mut of = false;
                 let a = self.acc(tag);
-                add(&mut a.tracked_alloc, size.saturating_sub(old_size), &mut of);
+                add(&mut a.tracked_alloc, allocated, &mut of);
+                if moved_tag {
+                    a.tracked_count += 1;
+                }
                 self.overflowed |= of;
                 // A resize changes the content: what was observed before
                 // holds up to here, and nothing is known after it.

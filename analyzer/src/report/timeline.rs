@@ -60,13 +60,17 @@ pub struct Timeline {
     pub sources: Vec<TimelineSection>,
 }
 
+/// A tag's key. Memory of tags without a partition (or job) is its own key,
+/// `shared (no partition)` (`shared (no job)`): process-wide caches entered
+/// with `heaptag::shared`, and untagged memory; never merged into a
+/// partition or job.
 fn key_of(k: &TagKey, by: By) -> String {
     match by {
         By::Stage => k.stage.clone().unwrap_or_else(|| "(no stage)".into()),
         By::Partition => k
             .partition
-            .map_or_else(|| "(no partition)".into(), |p| format!("partition {p}")),
-        By::Job => k.job.map_or_else(|| "(no job)".into(), |j| format!("job {j}")),
+            .map_or_else(|| "shared (no partition)".into(), |p| format!("partition {p}")),
+        By::Job => k.job.map_or_else(|| "shared (no job)".into(), |j| format!("job {j}")),
         By::Tag => k.to_string(),
     }
 }
