@@ -80,6 +80,7 @@ enum Cmd {
     ///
     /// Example: heaptag timeline --by partition run-1234.htlog
     ///          heaptag timeline --csv run-1234.htlog > live.csv
+    #[command(verbatim_doc_comment)]
     Timeline {
         #[command(flatten)]
         logs: Logs,
@@ -96,6 +97,7 @@ enum Cmd {
     ///
     /// Example: heaptag check --policy heaptag.toml run-*.htlog
     ///          heaptag check --policy heaptag.toml --baseline main.json --format junit run.htlog > heaptag.xml
+    #[command(verbatim_doc_comment)]
     Check {
         /// heaptag log files.
         #[arg(required = true, value_name = "LOG")]

@@ -496,7 +496,12 @@ fn unverified(m: &Model) -> Option<String> {
         why.push("the log was cut short (no end record: blocks alive at the end were never fingerprinted)".to_string());
     }
     if !m.problems.is_empty() {
-        why.push(format!("{} damaged parts of the log were skipped", m.problems.len()));
+        let n = m.problems.len();
+        why.push(format!(
+            "{n} damaged part{} of the log {} skipped",
+            if n == 1 { "" } else { "s" },
+            if n == 1 { "was" } else { "were" }
+        ));
     }
     (!why.is_empty()).then(|| why.join("; "))
 }
