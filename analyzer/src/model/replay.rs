@@ -184,7 +184,12 @@ impl Model {
                 line,
             } => {
                 let (function, file) = (printable(function), printable(file));
-                self.symbols.insert(addr, Sym { function, file, line });
+                let sym = Sym { function, file, line };
+                // Repeated: the functions the address was inlined into, in order.
+                match self.symbols.contains_key(&addr) {
+                    true => crate::sites::add_inlined(&mut self.inlined, addr, sym),
+                    false => drop(self.symbols.insert(addr, sym)),
+                }
             }
             Record::Alloc {
                 time_ns,
