@@ -47,7 +47,7 @@ pub fn add_inlined(map: &mut MixMap<u64, Vec<Sym>>, addr: u64, sym: Sym) {
 /// Which frames name a call site: crates to skip besides [`DEFAULT_SKIP`],
 /// and crates to keep even though they are skipped by default or live in
 /// Cargo's registry (`heaptag sites --skip my_pool --keep rayon`).
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SitePolicy {
     /// Crates whose frames are skipped too (`-` read as `_`).
     pub skip: Vec<String>,

@@ -186,9 +186,10 @@ impl Model {
                 let (function, file) = (printable(function), printable(file));
                 let sym = Sym { function, file, line };
                 // Repeated: the functions the address was inlined into, in order.
-                match self.symbols.contains_key(&addr) {
-                    true => crate::sites::add_inlined(&mut self.inlined, addr, sym),
-                    false => drop(self.symbols.insert(addr, sym)),
+                if self.symbols.contains_key(&addr) {
+                    crate::sites::add_inlined(&mut self.inlined, addr, sym);
+                } else {
+                    self.symbols.insert(addr, sym);
                 }
             }
             Record::Alloc {
