@@ -159,8 +159,20 @@ fn check(debug: &str, with_lines: bool) {
     let names = site_names(&report);
     assert!(!names.is_empty(), "no sites in:\n{report}");
     for n in &names {
-        for bad in ["special_extend", "trace", "libunwind", "heaptag_alloc", "rayon", "alloc::", "core::", "std::"] {
-            assert!(!n.contains(bad), "debug = {debug}: site {n:?} is a {bad} frame:\n{report}");
+        for bad in [
+            "special_extend",
+            "trace",
+            "libunwind",
+            "heaptag_alloc",
+            "rayon",
+            "alloc::",
+            "core::",
+            "std::",
+        ] {
+            assert!(
+                !n.contains(bad),
+                "debug = {debug}: site {n:?} is a {bad} frame:\n{report}"
+            );
         }
     }
     if with_lines {

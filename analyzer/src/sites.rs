@@ -86,7 +86,14 @@ impl SitePolicy {
     /// Whether `sym` is the user's own code.
     pub fn is_users(&self, sym: &Sym) -> bool {
         let f = &sym.function;
-        if f.starts_with("__rust_") || f.starts_with("__rg_") || f.starts_with("__rdl_") || f.starts_with("_Unwind_") {
+        // The allocator shims rustc generates in the user's crate (named
+        // `__rustc::__rust_alloc` with full debug info, at the
+        // `#[global_allocator]` line).
+        if ["__rust_", "__rg_", "__rdl_", "__rustc::"]
+            .iter()
+            .any(|p| f.contains(p))
+            || f.starts_with("_Unwind_")
+        {
             return false;
         }
         if let Some(k) = crate_of_function(f) {
@@ -324,6 +331,7 @@ mod tests {
             ("heaptag_alloc::global::record", ""),
             ("<heaptag_alloc::global::Alloc<A> as core::alloc::global::GlobalAlloc>::alloc", ""),
             ("__rust_alloc", ""),
+            ("__rustc::__rust_alloc", "/work/app/src/main.rs"),
             ("alloc::raw_vec::RawVec<T,A>::grow_one", ""),
             ("<T as alloc::vec::spec_from_elem::SpecFromElem>::from_elem", ""),
             ("clone", "/rustc/90b35a6239c3d8bdabc530a6a0816f7ff89a0aaf/library/alloc/src/vec/mod.rs"),

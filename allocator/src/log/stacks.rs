@@ -49,7 +49,7 @@ pub(crate) fn capture() -> u32 {
     // function is `capture` (it is never inlined, so it has a frame of its
     // own). Names cannot decide this: with `debug = "line-tables-only"` the
     // inlined unwinder frames carry short names (`trace`).
-    let me = capture as usize;
+    let me = capture as *const () as usize;
     // Frames looked at for `capture` before giving up and keeping them all.
     const LOOK: usize = 8;
     let mut skipped = 0;

@@ -110,7 +110,9 @@ pub fn sites_with(models: &[Model], top: usize, opts: &SitesOptions) -> Sites {
                         *largest = stack;
                     }
                     row.stacks += 1;
-                    row.at_rss_peak = row.at_rss_peak.saturating_add(at_peak.get(&stack).copied().unwrap_or(0));
+                    row.at_rss_peak = row
+                        .at_rss_peak
+                        .saturating_add(at_peak.get(&stack).copied().unwrap_or(0));
                     row.allocated_bytes = row.allocated_bytes.saturating_add(s.alloc_bytes);
                     row.allocations = row.allocations.saturating_add(s.alloc_count);
                     for t in &s.tags {
