@@ -186,10 +186,13 @@ impl Model {
                 let (function, file) = (printable(function), printable(file));
                 let sym = Sym { function, file, line };
                 // Repeated: the functions the address was inlined into, in order.
-                if self.symbols.contains_key(&addr) {
-                    crate::sites::add_inlined(&mut self.inlined, addr, sym);
-                } else {
-                    self.symbols.insert(addr, sym);
+                match self.symbols.entry(addr) {
+                    std::collections::hash_map::Entry::Occupied(_) => {
+                        crate::sites::add_inlined(&mut self.inlined, addr, sym)
+                    }
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert(sym);
+                    }
                 }
             }
             Record::Alloc {
