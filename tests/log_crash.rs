@@ -60,6 +60,7 @@ fn sigkill_leaves_a_log_readable_to_the_last_frame() {
             logs: vec![path.clone()],
             format: heaptag_analyzer::Format::Json,
             top: 3,
+            options: Default::default(),
         },
         &mut out,
     )

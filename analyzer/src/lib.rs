@@ -68,6 +68,8 @@ pub enum Command {
         format: Format,
         /// Sites to list.
         top: usize,
+        /// Naming (`--skip`, `--keep`) and whole stacks (`--stacks`).
+        options: report::SitesOptions,
     },
     /// Live bytes over time.
     Timeline {
@@ -257,9 +259,14 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
             render::dups(&report::dups(&models), *format, out)?;
             models
         }
-        Command::Sites { logs, format, top } => {
+        Command::Sites {
+            logs,
+            format,
+            top,
+            options,
+        } => {
             let models = load_all(logs, names)?;
-            render::sites(&report::sites(&models, *top), *format, out)?;
+            render::sites(&report::sites_with(&models, *top, options), *format, out)?;
             models
         }
         Command::Timeline { logs, format, by, csv } => {

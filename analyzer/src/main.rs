@@ -74,6 +74,19 @@ enum Cmd {
         /// Sites to list.
         #[arg(long, default_value_t = 15)]
         top: usize,
+        /// Crates whose frames never name a site, besides std, rayon,
+        /// tokio, crossbeam, hashbrown, heaptag and any registry crate
+        /// (comma-separated; `rayon` covers `rayon_core`).
+        #[arg(long, value_delimiter = ',', value_name = "CRATES")]
+        skip: Vec<String>,
+        /// Crates whose frames may name a site even though skipped by
+        /// default (comma-separated), e.g. `--keep rayon`.
+        #[arg(long, value_delimiter = ',', value_name = "CRATES")]
+        keep: Vec<String>,
+        /// Print each site's whole stack (of its largest stack), innermost
+        /// first, inlined frames expanded.
+        #[arg(long)]
+        stacks: bool,
     },
     /// Live bytes over time per stage (or partition, job, tag), as a chart
     /// or CSV.
@@ -202,10 +215,20 @@ fn command(cli: Cli) -> Command {
             logs: logs.logs,
             format: logs.format,
         },
-        Cmd::Sites { logs, top } => Command::Sites {
+        Cmd::Sites {
+            logs,
+            top,
+            skip,
+            keep,
+            stacks,
+        } => Command::Sites {
             logs: logs.logs,
             format: logs.format,
             top,
+            options: heaptag_analyzer::report::SitesOptions {
+                policy: heaptag_analyzer::sites::SitePolicy::new(&skip, &keep),
+                stacks,
+            },
         },
         Cmd::Timeline { logs, by, csv } => Command::Timeline {
             logs: logs.logs,

@@ -139,9 +139,14 @@ pub fn fill_missing(m: &mut Model) -> (usize, Vec<String>) {
                 continue;
             };
             let probe = offset - seg_off + vaddr;
-            let mut sym = Sym::default();
+            // Every frame inlined at the address, innermost first.
+            let mut chain: Vec<Sym> = Vec::new();
             if let Ok(mut frames) = loader.find_frames(probe) {
-                if let Ok(Some(f)) = frames.next() {
+                while let Ok(Some(f)) = frames.next() {
+                    if chain.len() >= crate::sites::MAX_INLINED {
+                        break;
+                    }
+                    let mut sym = Sym::default();
                     if let Some(func) = f.function.as_ref().and_then(|n| n.raw_name().ok()) {
                         sym.function = format!("{:#}", rustc_demangle::demangle(&func));
                     }
@@ -149,17 +154,34 @@ pub fn fill_missing(m: &mut Model) -> (usize, Vec<String>) {
                         sym.file = loc.file.unwrap_or_default().to_string();
                         sym.line = loc.line.unwrap_or(0);
                     }
+                    chain.push(sym);
                 }
             }
-            if sym.function.is_empty() {
-                if let Some(name) = loader.find_symbol(probe) {
-                    sym.function = format!("{:#}", rustc_demangle::demangle(name));
+            // The outermost frame is the function the code is in: the symbol
+            // table names it when the debug info does not.
+            if let Some(name) = loader.find_symbol(probe) {
+                match chain.last_mut() {
+                    Some(last) if last.function.is_empty() => {
+                        last.function = format!("{:#}", rustc_demangle::demangle(name));
+                    }
+                    None => chain.push(Sym {
+                        function: format!("{:#}", rustc_demangle::demangle(name)),
+                        ..Sym::default()
+                    }),
+                    Some(_) => {}
                 }
             }
-            if !sym.function.is_empty() {
-                sym.function = printable(sym.function);
-                sym.file = printable(sym.file);
-                m.symbols.insert(a, sym);
+            chain.retain(|s| !s.function.is_empty() || !s.file.is_empty());
+            let mut chain = chain.into_iter().map(|mut s| {
+                s.function = printable(s.function);
+                s.file = printable(s.file);
+                s
+            });
+            if let Some(first) = chain.next() {
+                m.symbols.insert(a, first);
+                for s in chain {
+                    crate::sites::add_inlined(&mut m.inlined, a, s);
+                }
                 resolved += 1;
             }
         }

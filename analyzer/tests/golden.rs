@@ -135,6 +135,7 @@ fn sites_text() {
                 logs: vec![p.clone()],
                 format: Format::Text,
                 top: 5,
+                options: Default::default(),
             },
             &p,
         ),

@@ -44,12 +44,32 @@ pub(crate) fn capture() -> u32 {
     }
     let mut buf = [0u64; MAX_DEPTH];
     let mut n = 0;
+    // The unwinder's own frames and this function's come first: they are
+    // dropped by position, up to and including the frame whose enclosing
+    // function is `capture` (it is never inlined, so it has a frame of its
+    // own). Names cannot decide this: with `debug = "line-tables-only"` the
+    // inlined unwinder frames carry short names (`trace`).
+    let me = capture as *const () as usize;
+    // Frames looked at for `capture` before giving up and keeping them all.
+    const LOOK: usize = 8;
+    let mut skipped = 0;
+    let mut found = false;
     // SAFETY: `trace_unsynchronized` requires that no other unsynchronized
     // trace runs concurrently only on platforms whose unwinder is not
     // thread-safe (Windows' dbghelp); on Linux `_Unwind_Backtrace` is
-    // thread-safe. The callback only writes into `buf` and never allocates.
+    // thread-safe. The callback only writes into `buf` and never allocates
+    // (`symbol_address` is `_Unwind_FindEnclosingFunction`, a lookup in the
+    // same unwind tables the walk reads).
     unsafe {
         backtrace::trace_unsynchronized(|frame| {
+            if !found && skipped < LOOK {
+                skipped += 1;
+                if frame.symbol_address() as usize == me {
+                    found = true;
+                    n = 0;
+                    return true;
+                }
+            }
             buf[n] = frame.ip() as u64;
             n += 1;
             n < depth

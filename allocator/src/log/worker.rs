@@ -532,31 +532,44 @@ impl Writer {
         }
     }
 
-    /// Resolves every frame address of the stacks to function, file, line.
+    /// Resolves every frame address of the stacks to function, file, line:
+    /// one Symbol record per frame inlined at the address, innermost first
+    /// (the `backtrace` crate calls back once per inlined frame), so readers
+    /// can name the `.clone()` inlined into its caller.
     fn symbolize(&mut self) {
         for addr in stacks::all_frames() {
-            let mut found: Option<(String, String, u32)> = None;
+            let mut found: Vec<(String, String, u32)> = Vec::new();
             // A return address points after the call; resolve the call itself.
             backtrace::resolve(addr.saturating_sub(1) as *mut std::ffi::c_void, |sym| {
-                if found.is_none() {
-                    found = Some((
-                        sym.name().map(|n| format!("{n:#}")).unwrap_or_default(),
-                        sym.filename().map(|f| f.display().to_string()).unwrap_or_default(),
-                        sym.lineno().unwrap_or(0),
-                    ));
+                if found.len() < MAX_INLINED {
+                    let mut function = sym.name().map(|n| format!("{n:#}")).unwrap_or_default();
+                    let file = sym.filename().map(|f| f.display().to_string()).unwrap_or_default();
+                    // Debug info of line tables only gives short names
+                    // (`record`): heaptag's own frames keep their crate, so
+                    // readers can tell them from the program's.
+                    if file.starts_with(OWN_SOURCE) && !function.contains("heaptag_alloc::") {
+                        function.insert_str(0, "heaptag_alloc::");
+                    }
+                    found.push((function, file, sym.lineno().unwrap_or(0)));
                 }
             });
-            if let Some((function, file, line)) = found {
+            for (function, file, line) in &found {
                 self.put(RecordRef::Symbol {
                     addr,
-                    function: &function,
-                    file: &file,
-                    line,
+                    function,
+                    file,
+                    line: *line,
                 });
             }
         }
     }
 }
+
+/// Most inlined frames written for one address.
+const MAX_INLINED: usize = 64;
+
+/// This crate's source directory, as the debug info names its files.
+const OWN_SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/");
 
 /// Makes the file opened (with O_NONBLOCK) for overwriting ours: only a
 /// regular file owned by the effective user is taken; it is emptied, its

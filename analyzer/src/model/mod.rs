@@ -320,8 +320,10 @@ pub struct Model {
     pub tags: MixMap<u32, TagKey>,
     /// Stack definitions.
     pub stacks: MixMap<u32, Vec<u64>>,
-    /// Resolved frames.
+    /// Resolved frames (the innermost frame at each address).
     pub symbols: MixMap<u64, Sym>,
+    /// The frames each address's code was inlined into, innermost first.
+    pub inlined: MixMap<u64, Vec<Sym>>,
     /// Per tag id (memory bounded by the definitions seen, see [`IdTable`]).
     pub tag_acc: IdTable<TagAcc>,
     /// Per stack id.

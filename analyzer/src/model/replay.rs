@@ -190,7 +190,16 @@ impl Model {
                 line,
             } => {
                 let (function, file) = (printable(function), printable(file));
-                self.symbols.insert(addr, Sym { function, file, line });
+                let sym = Sym { function, file, line };
+                // Repeated: the functions the address was inlined into, in order.
+                match self.symbols.entry(addr) {
+                    std::collections::hash_map::Entry::Occupied(_) => {
+                        crate::sites::add_inlined(&mut self.inlined, addr, sym)
+                    }
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert(sym);
+                    }
+                }
             }
             Record::Alloc {
                 time_ns,

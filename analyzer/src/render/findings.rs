@@ -208,7 +208,15 @@ pub fn sites(s: &Sites, f: Format, out: &mut dyn Write) -> io::Result<()> {
             ("By bytes allocated", &sec.by_allocated),
         ] {
             heading(f, out, 3, title)?;
-            let mut t = Table::new(&["call site", "peak live", "allocated", "allocations", "<tags"]);
+            let mut t = Table::new(&[
+                "call site",
+                "peak live (>=)",
+                "at RSS peak",
+                "stacks",
+                "allocated",
+                "allocations",
+                "<tags",
+            ]);
             for r in rows {
                 let mut tags = r.tags.iter().take(3).cloned().collect::<Vec<_>>().join(", ");
                 if r.tags.len() > 3 {
@@ -217,13 +225,28 @@ pub fn sites(s: &Sites, f: Format, out: &mut dyn Write) -> io::Result<()> {
                 t.row(vec![
                     r.site.clone(),
                     bytes(r.peak_live.bytes),
+                    bytes(r.at_rss_peak),
+                    r.stacks.to_string(),
                     bytes(r.allocated_bytes),
                     r.allocations.to_string(),
                     tags,
                 ]);
             }
             t.write(f, out)?;
+            if rows.iter().any(|r| !r.frames.is_empty()) {
+                for r in rows {
+                    writeln!(out)?;
+                    writeln!(out, "{}:", r.site)?;
+                    for fr in &r.frames {
+                        writeln!(out, "    {fr}")?;
+                    }
+                }
+            }
         }
+        writeln!(
+            out,
+            "(peak live: the highest peak of one of the site's stacks, a lower bound of the site's peak when it merges several; at RSS peak: what all its stacks held at the RSS peak, as `heaptag peak` shows)"
+        )?;
     }
     Ok(())
 }

@@ -11,7 +11,7 @@ mod timeline;
 
 pub use dups::{dups, DupsReport, DupsSection};
 pub use peak::{peak, Holding, Moment, Peak, PeakSection, SiteHolding};
-pub use sites::{sites, SiteRow, Sites, SitesSection};
+pub use sites::{sites, sites_with, SiteRow, Sites, SitesOptions, SitesSection};
 pub use timeline::{timeline, By, Series, Timeline, TimelineSection};
 
 use std::collections::BTreeMap;

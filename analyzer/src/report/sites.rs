@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::{At, Source, SCHEMA_VERSION};
 use crate::model::Model;
-use crate::sites::site_name;
+use crate::sites::{frames, site_name_with, SitePolicy};
 use crate::units::secs;
 
 /// One call site.
@@ -15,8 +15,19 @@ use crate::units::secs;
 pub struct SiteRow {
     /// The call site.
     pub site: String,
-    /// Highest live bytes from it, and when.
+    /// The highest peak of one of its stacks, and when: the site's own peak
+    /// when it has one stack, a lower bound of it when several stacks are
+    /// merged (their peaks may fall at different moments).
     pub peak_live: At,
+    /// Bytes it held at the RSS peak (all its stacks together; 0 without
+    /// an RSS sample).
+    pub at_rss_peak: u64,
+    /// Stacks merged into it.
+    pub stacks: u64,
+    /// With `--stacks`: the frames of its largest stack (by `peak_live`),
+    /// innermost first, inlined frames expanded.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub frames: Vec<String>,
     /// Bytes allocated from it (tracked exact + sampled estimate).
     pub allocated_bytes: u64,
     /// Tracked allocations and samples from it.
@@ -45,22 +56,49 @@ pub struct Sites {
     pub sources: Vec<SitesSection>,
 }
 
-/// Builds `heaptag sites`: stacks with the same call site are merged.
+/// How `heaptag sites` names and shows call sites.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SitesOptions {
+    /// Which frames name a site (`--skip`, `--keep`).
+    pub policy: SitePolicy,
+    /// Show each site's whole stack (`--stacks`).
+    pub stacks: bool,
+}
+
+/// Builds `heaptag sites` with the default naming: see [`sites_with`].
 pub fn sites(models: &[Model], top: usize) -> Sites {
+    sites_with(models, top, &SitesOptions::default())
+}
+
+/// Builds `heaptag sites`: stacks with the same call site are merged.
+pub fn sites_with(models: &[Model], top: usize, opts: &SitesOptions) -> Sites {
     Sites {
         schema_version: SCHEMA_VERSION,
         sources: models
             .iter()
             .map(|m| {
-                let mut merged: BTreeMap<String, SiteRow> = BTreeMap::new();
+                let mut merged: BTreeMap<String, (SiteRow, u32)> = BTreeMap::new();
+                let at_peak: BTreeMap<u32, u64> = m
+                    .rss_peak
+                    .as_ref()
+                    .map(|c| c.per_site.iter().copied().collect())
+                    .unwrap_or_default();
                 for (stack, s) in m.sites_used() {
-                    let name = site_name(m, stack);
-                    let row = merged.entry(name.clone()).or_insert_with(|| SiteRow {
-                        site: name,
-                        peak_live: At { bytes: 0, time_s: 0.0 },
-                        allocated_bytes: 0,
-                        allocations: 0,
-                        tags: Vec::new(),
+                    let name = site_name_with(m, stack, &opts.policy);
+                    let (row, largest) = merged.entry(name.clone()).or_insert_with(|| {
+                        (
+                            SiteRow {
+                                site: name,
+                                peak_live: At { bytes: 0, time_s: 0.0 },
+                                at_rss_peak: 0,
+                                stacks: 0,
+                                frames: Vec::new(),
+                                allocated_bytes: 0,
+                                allocations: 0,
+                                tags: Vec::new(),
+                            },
+                            stack,
+                        )
                     });
                     // Peaks of merged stacks may fall at different moments;
                     // the largest one is a lower bound of the site's peak.
@@ -69,9 +107,14 @@ pub fn sites(models: &[Model], top: usize) -> Sites {
                             bytes: s.peak,
                             time_s: secs(s.peak_t),
                         };
+                        *largest = stack;
                     }
-                    row.allocated_bytes += s.alloc_bytes;
-                    row.allocations += s.alloc_count;
+                    row.stacks += 1;
+                    row.at_rss_peak = row
+                        .at_rss_peak
+                        .saturating_add(at_peak.get(&stack).copied().unwrap_or(0));
+                    row.allocated_bytes = row.allocated_bytes.saturating_add(s.alloc_bytes);
+                    row.allocations = row.allocations.saturating_add(s.alloc_count);
                     for t in &s.tags {
                         let name = m.tag(*t).to_string();
                         if !row.tags.contains(&name) {
@@ -79,10 +122,26 @@ pub fn sites(models: &[Model], top: usize) -> Sites {
                         }
                     }
                 }
-                let mut rows: Vec<SiteRow> = merged.into_values().collect();
-                for r in &mut rows {
-                    r.tags.sort();
-                }
+                let mut rows: Vec<SiteRow> = merged
+                    .into_values()
+                    .map(|(mut r, largest)| {
+                        r.tags.sort();
+                        if opts.stacks {
+                            r.frames = frames(m, largest)
+                                .iter()
+                                .map(|f| {
+                                    let t = f.text(m);
+                                    if f.inlined {
+                                        format!("{t} [inlined]")
+                                    } else {
+                                        t
+                                    }
+                                })
+                                .collect();
+                        }
+                        r
+                    })
+                    .collect();
                 let mut by_peak = rows.clone();
                 by_peak.sort_by(|a, b| {
                     b.peak_live
