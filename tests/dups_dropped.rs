@@ -52,26 +52,6 @@ fn run_program(log: &Path) {
     assert!(s.dropped > 0, "a 64-event ring did not overflow: {s:?}");
 }
 
-fn analyzer(cmd: heaptag_analyzer::Command) -> (String, bool) {
-    let mut out = Vec::new();
-    let o = heaptag_analyzer::run(&cmd, &mut out).unwrap();
-    (String::from_utf8(out).unwrap(), o.failed)
-}
-
-fn check(log: &Path, name: &str, policy: &str) -> (bool, String) {
-    let p = log.with_file_name(format!("{name}.toml"));
-    std::fs::write(&p, policy).unwrap();
-    let (out, failed) = analyzer(heaptag_analyzer::Command::Check {
-        logs: vec![log.to_path_buf()],
-        policy: p,
-        baseline: None,
-        write_baseline: None,
-        format: heaptag_analyzer::Format::Text,
-        junit: false,
-    });
-    (failed, out)
-}
-
 #[test]
 fn verdicts_on_a_log_with_dropped_events_are_unverified() {
     if common::in_child() {
@@ -87,13 +67,7 @@ fn verdicts_on_a_log_with_dropped_events_are_unverified() {
     .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
-    let dups = |format| {
-        analyzer(heaptag_analyzer::Command::Dups {
-            logs: vec![log.clone()],
-            format,
-        })
-        .0
-    };
+    let dups = |format| common::dups(&log, format);
     let v: Value = serde_json::from_str(&dups(heaptag_analyzer::Format::Json)).unwrap();
     let why = v["sources"][0]["unverified"].as_str().unwrap_or_default().to_owned();
     assert!(why.contains("events were dropped"), "{v}");
@@ -107,18 +81,18 @@ fn verdicts_on_a_log_with_dropped_events_are_unverified() {
     }
 
     // A stage with no duplicate at all still cannot be certified...
-    let (failed, out) = check(&log, "strict", "[[rule]]\nstage = \"d_burst\"\nmax_copies = 1\n");
+    let (failed, out) = common::check(&log, "strict", "[[rule]]\nstage = \"d_burst\"\nmax_copies = 1\n");
     assert!(failed, "{out}");
     assert!(out.contains("found unverifiable"), "{out}");
     assert!(out.contains("allow_dropped_events = true"), "says what to do: {out}");
     // ... unless the policy accepts logs with drops; then the verdicts count.
-    let (failed, out) = check(
+    let (failed, out) = common::check(
         &log,
         "lenient",
         "allow_dropped_events = true\n[[rule]]\nstage = \"d_burst\"\nmax_copies = 1\n",
     );
     assert!(!failed, "{out}");
-    let (failed, out) = check(
+    let (failed, out) = common::check(
         &log,
         "lenient_dup",
         "allow_dropped_events = true\n[[rule]]\nstage = \"d_dup\"\nmax_copies = 1\n",

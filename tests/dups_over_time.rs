@@ -42,35 +42,6 @@ fn fill(v: &mut [u64], seed: u64) {
     }
 }
 
-fn analyzer(cmd: heaptag_analyzer::Command) -> (String, heaptag_analyzer::Outcome) {
-    let mut out = Vec::new();
-    let o = heaptag_analyzer::run(&cmd, &mut out).unwrap();
-    (String::from_utf8(out).unwrap(), o)
-}
-
-fn dups(log: &Path, format: heaptag_analyzer::Format) -> String {
-    analyzer(heaptag_analyzer::Command::Dups {
-        logs: vec![log.to_path_buf()],
-        format,
-    })
-    .0
-}
-
-/// `heaptag check` of `rule` on `log`: did it fail, and what did it print.
-fn check(log: &Path, policy: &str) -> (bool, String) {
-    let p = log.with_extension("toml");
-    std::fs::write(&p, policy).unwrap();
-    let (out, o) = analyzer(heaptag_analyzer::Command::Check {
-        logs: vec![log.to_path_buf()],
-        policy: p,
-        baseline: None,
-        write_baseline: None,
-        format: heaptag_analyzer::Format::Text,
-        junit: false,
-    });
-    (o.failed, out)
-}
-
 fn run_program(log: &Path) {
     heaptag::LogConfig::new(log)
         .interval(Duration::from_millis(10))
@@ -145,7 +116,7 @@ fn duplicate_verdicts_a_gate_can_rely_on() {
     .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
-    let v: Value = serde_json::from_str(&dups(&log, heaptag_analyzer::Format::Json)).unwrap();
+    let v: Value = serde_json::from_str(&common::dups(&log, heaptag_analyzer::Format::Json)).unwrap();
     assert_eq!(v["schema_version"], 2);
     let s = &v["sources"][0];
     assert!(s["unverified"].is_null(), "{}", s["unverified"]);
@@ -179,8 +150,9 @@ fn duplicate_verdicts_a_gate_can_rely_on() {
         assert!(group_of(stage).is_empty(), "{stage}: {:?}", group_of(stage));
     }
     assert_eq!(verdict("t_filled_b")["verdict"], "SHARED ONCE");
-    let (failed, out) = check(
+    let (failed, out) = common::check(
         &log,
+        "case1",
         "[[rule]]\nname = \"filled later\"\nstage = \"t_filled_*\"\nmax_copies = 1\n",
     );
     assert!(!failed, "max_copies = 1 must pass on the buffer filled later:\n{out}");
@@ -193,7 +165,7 @@ fn duplicate_verdicts_a_gate_can_rely_on() {
     assert_eq!(g[0]["extra_copies"][0]["stage"], "t_over_b");
     assert_eq!(verdict("t_over_b")["verdict"], "DUPLICATED");
     assert_eq!(verdict("t_over_a")["verdict"], "SHARED ONCE");
-    let (failed, _) = check(&log, "[[rule]]\nstage = \"t_over_*\"\nmax_copies = 1\n");
+    let (failed, _) = common::check(&log, "case2", "[[rule]]\nstage = \"t_over_*\"\nmax_copies = 1\n");
     assert!(failed, "a real duplicate fails max_copies = 1");
 
     // 3. The cloners are blamed, the builder holds the original once.
@@ -212,7 +184,7 @@ fn duplicate_verdicts_a_gate_can_rely_on() {
     assert_eq!(g[0]["original"]["stage"], "t_cache");
     assert_eq!(g[0]["extra_copies"].as_array().unwrap().len(), 6);
     assert_eq!(g[0]["copies_by"], "6 partitions of job 1 in t_synth");
-    let (failed, out) = check(&log, "[[rule]]\nstage = \"t_synth\"\nmax_copies = 1\n");
+    let (failed, out) = common::check(&log, "case3", "[[rule]]\nstage = \"t_synth\"\nmax_copies = 1\n");
     assert!(failed, "{out}");
     assert!(out.contains("original job=1 stage=t_cache"), "{out}");
 
@@ -226,7 +198,7 @@ fn duplicate_verdicts_a_gate_can_rely_on() {
     assert_eq!(s["worst"]["extra_copies"], 6);
 
     // 5. Readable text: no "transient" label, held-by in words, narrow lines.
-    let text = dups(&log, heaptag_analyzer::Format::Text);
+    let text = common::dups(&log, heaptag_analyzer::Format::Text);
     assert!(!text.contains("transient"), "{text}");
     assert!(
         text.contains("t_synth: copies of contents first made by t_cache, up to x7"),

@@ -11,7 +11,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use heaptag::Tag;
-use serde_json::Value;
 
 #[global_allocator]
 static GLOBAL: heaptag::Alloc = heaptag::Alloc::new();
@@ -35,38 +34,6 @@ fn run_program(log: &Path) {
     drop(black_box(kept));
 }
 
-fn report(log: &Path) -> Value {
-    let mut out = Vec::new();
-    heaptag_analyzer::run(
-        &heaptag_analyzer::Command::Report {
-            logs: vec![log.to_path_buf()],
-            format: heaptag_analyzer::Format::Json,
-        },
-        &mut out,
-    )
-    .unwrap();
-    serde_json::from_slice(&out).unwrap()
-}
-
-fn check(log: &Path, policy: &str) -> bool {
-    let p = log.with_extension("toml");
-    std::fs::write(&p, policy).unwrap();
-    let mut out = Vec::new();
-    heaptag_analyzer::run(
-        &heaptag_analyzer::Command::Check {
-            logs: vec![log.to_path_buf()],
-            policy: p,
-            baseline: None,
-            write_baseline: None,
-            format: heaptag_analyzer::Format::Text,
-            junit: false,
-        },
-        &mut out,
-    )
-    .unwrap()
-    .failed
-}
-
 #[test]
 fn estimates_say_what_they_know_at_every_seed() {
     if common::in_child() {
@@ -83,7 +50,7 @@ fn estimates_say_what_they_know_at_every_seed() {
         .output()
         .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let v = report(&log);
+        let v = common::report_json(&log);
         let tags = v["sources"][0]["tags"].as_array().unwrap();
         let tag = |stage: &str| tags.iter().find(|t| t["stage"] == stage).unwrap().clone();
 
@@ -114,9 +81,15 @@ fn estimates_say_what_they_know_at_every_seed() {
             "seed {seed}: {mixed}"
         );
         let rule = format!("[[rule]]\nstage = \"mixed\"\nmax_peak = {exact}\n");
-        assert!(!check(&log, &rule), "seed {seed}: the exact peak passes, at every seed");
+        assert!(
+            !common::check(&log, "max_peak", &rule).0,
+            "seed {seed}: the exact peak passes, at every seed"
+        );
         let rule = format!("[[rule]]\nstage = \"mixed\"\nmax_peak = {}\n", exact - 1);
-        assert!(check(&log, &rule), "seed {seed}: one byte less fails, at every seed");
+        assert!(
+            common::check(&log, "max_peak", &rule).0,
+            "seed {seed}: one byte less fails, at every seed"
+        );
     }
     // With 250 KB against a 512 KiB sampling rate, most seeds have no live
     // sample of `few_small`: the case that read "0 +- 0".

@@ -55,3 +55,45 @@ pub fn child(test: &str, env: &[(&str, &str)]) -> std::process::Command {
 pub fn in_child() -> bool {
     std::env::var_os("HEAPTAG_CHILD").is_some()
 }
+
+/// Runs an analyzer command in this process: (its output, whether a
+/// `check` failed).
+pub fn analyze(cmd: &heaptag_analyzer::Command) -> (String, bool) {
+    let mut out = Vec::new();
+    let o = heaptag_analyzer::run(cmd, &mut out).unwrap();
+    (String::from_utf8(out).unwrap(), o.failed)
+}
+
+/// `heaptag dups` of `log` in `format`.
+pub fn dups(log: &std::path::Path, format: heaptag_analyzer::Format) -> String {
+    analyze(&heaptag_analyzer::Command::Dups {
+        logs: vec![log.to_path_buf()],
+        format,
+    })
+    .0
+}
+
+/// `heaptag report --format json` of `log`.
+pub fn report_json(log: &std::path::Path) -> serde_json::Value {
+    let (out, _) = analyze(&heaptag_analyzer::Command::Report {
+        logs: vec![log.to_path_buf()],
+        format: heaptag_analyzer::Format::Json,
+    });
+    serde_json::from_str(&out).unwrap()
+}
+
+/// `heaptag check` of `log` with `policy` (written beside the log as
+/// `NAME.toml`): (failed, output).
+pub fn check(log: &std::path::Path, name: &str, policy: &str) -> (bool, String) {
+    let p = log.with_file_name(format!("{name}.toml"));
+    std::fs::write(&p, policy).unwrap();
+    let (out, failed) = analyze(&heaptag_analyzer::Command::Check {
+        logs: vec![log.to_path_buf()],
+        policy: p,
+        baseline: None,
+        write_baseline: None,
+        format: heaptag_analyzer::Format::Text,
+        junit: false,
+    });
+    (failed, out)
+}
