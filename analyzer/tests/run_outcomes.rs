@@ -33,14 +33,17 @@ fn records(log: &Path) -> Vec<Record> {
 
 /// Polls the log until it holds a memory sample of `pid`.
 fn wait_for_sample(log: &Path, pid: u32) {
-    let until = Instant::now() + Duration::from_secs(60);
-    while !records(log)
-        .iter()
-        .any(|r| matches!(r, Record::ProcRss { pid: p, .. } if *p == pid))
-    {
-        assert!(Instant::now() < until, "no sample of {pid} in {}", log.display());
+    // A hang detector (a bounded number of polls), not a timing assertion.
+    for _ in 0..3000 {
+        if records(log)
+            .iter()
+            .any(|r| matches!(r, Record::ProcRss { pid: p, .. } if *p == pid))
+        {
+            return;
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
+    panic!("no sample of {pid} in {}", log.display());
 }
 
 #[test]
