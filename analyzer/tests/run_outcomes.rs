@@ -75,13 +75,13 @@ fn run_does_not_start_the_command_when_the_log_cannot_be_written() {
     assert_eq!(std::fs::read(&existing).unwrap(), b"someone else's file");
 }
 
-#[test]
-fn watch_records_an_unknown_exit_code_as_minus_one() {
-    let log = common::temp("watch-killed");
+/// A `sleep 600` and a `heaptag watch` of it into a fresh log named `name`.
+fn watch_a_sleeper(name: &str) -> (std::path::PathBuf, Child, u32, Child) {
+    let log = common::temp(name);
     let _ = std::fs::remove_file(&log);
-    let mut target = Command::new("sleep").arg("600").spawn().unwrap();
+    let target = Command::new("sleep").arg("600").spawn().unwrap();
     let pid = target.id();
-    let mut watch = Command::new(env!("CARGO_BIN_EXE_heaptag"))
+    let watch = Command::new(env!("CARGO_BIN_EXE_heaptag"))
         .args([
             "watch",
             "--interval",
@@ -90,9 +90,15 @@ fn watch_records_an_unknown_exit_code_as_minus_one() {
             log.to_str().unwrap(),
             &pid.to_string(),
         ])
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    (log, target, pid, watch)
+}
+
+#[test]
+fn watch_records_an_unknown_exit_code_as_minus_one() {
+    let (log, mut target, pid, mut watch) = watch_a_sleeper("watch-killed");
     wait_for_sample(&log, pid);
     target.kill().unwrap(); // SIGKILL: only its parent (this test) learns how it ended
     target.wait().unwrap();
@@ -112,21 +118,7 @@ fn watch_records_an_unknown_exit_code_as_minus_one() {
 
 #[test]
 fn watch_stopped_by_sigint_records_no_exit_for_a_process_that_still_runs() {
-    let log = common::temp("watch-stopped");
-    let _ = std::fs::remove_file(&log);
-    let mut target = Command::new("sleep").arg("600").spawn().unwrap();
-    let pid = target.id();
-    let mut watch = Command::new(env!("CARGO_BIN_EXE_heaptag"))
-        .args([
-            "watch",
-            "--interval",
-            "10ms",
-            "--log",
-            log.to_str().unwrap(),
-            &pid.to_string(),
-        ])
-        .spawn()
-        .unwrap();
+    let (log, mut target, pid, mut watch) = watch_a_sleeper("watch-stopped");
     wait_for_sample(&log, pid);
     // SAFETY: kill(2) on our own child process.
     assert_eq!(unsafe { libc::kill(watch.id() as libc::pid_t, libc::SIGINT) }, 0);

@@ -89,16 +89,6 @@ macro_rules! records {
             /// Every kind, in table order.
             pub const ALL: &'static [Kind] = &[ $( Kind::$ekind, )* $( Kind::$rkind, )* ];
 
-            /// The kind with this code, if this version knows it.
-            #[inline]
-            pub fn from_code(code: u8) -> Option<Kind> {
-                match code {
-                    $( $ecode => Some(Kind::$ekind), )*
-                    $( $rcode => Some(Kind::$rkind), )*
-                    _ => None,
-                }
-            }
-
             /// The code written in the log.
             #[inline]
             pub fn code(self) -> u8 {

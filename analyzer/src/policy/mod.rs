@@ -297,31 +297,14 @@ impl Policy {
                 .or_else(|| e.span().and_then(|sp| key_on_line(text, sp.start)));
             err(e.span(), key.as_deref(), plain_toml_message(&msg, key.as_deref()))
         })?;
-        let strict = match &spec.strict {
-            None => false,
-            Some(v) => match v.get_ref() {
-                Value::Boolean(b) => *b,
-                _ => return Err(err(Some(v.span()), Some("strict"), "expected true or false".into())),
-            },
-        };
-        let allow_dropped_events = match &spec.allow_dropped_events {
-            None => false,
-            Some(v) => match v.get_ref() {
-                Value::Boolean(b) => *b,
-                _ => {
-                    return Err(err(
-                        Some(v.span()),
-                        Some("allow_dropped_events"),
-                        "expected true or false".into(),
-                    ))
-                }
-            },
-        };
+        // A value of the wrong type or range, as a policy error.
+        let typed = |b: value::Bad| err(Some(b.span), Some(b.key), b.message);
+        let strict = value::flag("strict", &spec.strict).map_err(typed)?;
+        let allow_dropped_events = value::flag("allow_dropped_events", &spec.allow_dropped_events).map_err(typed)?;
         let mut allow_identical = Vec::new();
         for a in &spec.allow_identical {
             let line = line_of(text, a.span().start);
             let a = a.get_ref();
-            let typed = |b: value::Bad| err(Some(b.span), Some(b.key), b.message);
             let pat = |key: &'static str, v: &Option<Spanned<Value>>| -> Result<Option<glob::Pattern>, PolicyError> {
                 let Some(v) = v else { return Ok(None) };
                 let text = value::string(key, v).map_err(typed)?;
@@ -353,8 +336,7 @@ impl Policy {
         for r in spec.rule {
             let line = line_of(text, r.span().start);
             let r = r.into_inner();
-            // A value of the wrong type or range, as a policy error.
-            let typed = |b: value::Bad| err(Some(b.span), Some(b.key), b.message);
+            // An optional string-like value with its span.
             let opt = |key: &'static str,
                        v: &Option<Spanned<Value>>,
                        f: fn(&'static str, &Spanned<Value>) -> Result<String, value::Bad>|
@@ -444,19 +426,7 @@ impl Policy {
                 let keys: Vec<&str> = limits.iter().map(Limit::key).collect();
                 format!("rule at line {line} ({})", keys.join(", "))
             });
-            let include_small = match &r.include_small {
-                None => false,
-                Some(v) => match v.get_ref() {
-                    Value::Boolean(b) => *b,
-                    _ => {
-                        return Err(err(
-                            Some(v.span()),
-                            Some("include_small"),
-                            "expected true or false".into(),
-                        ))
-                    }
-                },
-            };
+            let include_small = value::flag("include_small", &r.include_small).map_err(typed)?;
             if include_small && r.max_peak.is_none() {
                 return Err(err(
                     r.include_small.as_ref().map(|s| s.span()),

@@ -35,6 +35,18 @@ fn bad(v: &Spanned<Value>, key: &'static str, message: String) -> Bad {
     }
 }
 
+/// A true/false switch (`strict`, `allow_dropped_events`, `include_small`);
+/// absent is false.
+pub(super) fn flag(key: &'static str, v: &Option<Spanned<Value>>) -> Result<bool, Bad> {
+    match v {
+        None => Ok(false),
+        Some(v) => match v.get_ref() {
+            Value::Boolean(b) => Ok(*b),
+            _ => Err(bad(v, key, "expected true or false".into())),
+        },
+    }
+}
+
 /// A string (`name`, `per`, globs on stage and site).
 pub(super) fn string(key: &'static str, v: &Spanned<Value>) -> Result<String, Bad> {
     match v.get_ref() {
