@@ -343,6 +343,83 @@ records! {
             /// Exit code (0-255), or 128 + signal number when killed; -1 unknown.
             code: I32,
         }
+        /// Tag `id` is retired: it had no live tracked or sampled bytes, no
+        /// external bytes and no guard held it. Its final counters are in a
+        /// `counters` record before this one. A later `tag_def` may define
+        /// `id` again for another tag: readers key tags by value (job,
+        /// partition, stage), never by id alone.
+        23 TagRetire "tag_retire" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// The id retired.
+            id: U32,
+        }
+        /// A tag got no id because every id was in use: its allocations were
+        /// charged as untagged. Sent the first time each such tag is seen.
+        24 TagOverflow "tag_overflow" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// Job.
+            job: OptU64,
+            /// Partition.
+            partition: OptU32,
+            /// Stage name.
+            stage: OptStr,
+        }
+        /// First record of each segment of a rotated log (`HEAPTAG_LOG_MAX`).
+        /// Every segment of one run has the same `run`, and the same header
+        /// start times, so record times continue across segments.
+        25 Segment "segment" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// Random number shared by every segment of the run.
+            run: U64,
+            /// Segment number, from 0.
+            index: U32,
+        }
+        /// A tracked block alive when this segment began, allocated in an
+        /// earlier one (sent after `segment`, so a segment reads alone). A
+        /// reader that read the previous segment already knows the block.
+        26 Carried "carried" {
+            /// When it was allocated, ns since the log's start.
+            time_ns: Time,
+            /// Allocating thread's number.
+            thread: U32,
+            /// Tag charged.
+            tag: U32,
+            /// Call stack (0: none).
+            stack: U32,
+            /// Address.
+            addr: Addr,
+            /// Requested size.
+            size: U64,
+        }
+        /// A sampled small block alive when this segment began (as `carried`).
+        27 CarriedSample "carried_sample" {
+            /// When it was allocated, ns since the log's start.
+            time_ns: Time,
+            /// Allocating thread's number.
+            thread: U32,
+            /// Tag charged.
+            tag: U32,
+            /// Call stack (0: none).
+            stack: U32,
+            /// Address.
+            addr: Addr,
+            /// Requested size.
+            size: U64,
+            /// Estimated bytes this sample stands for.
+            weight: U64,
+        }
+        /// External bytes a tag held when this segment began (as `carried`).
+        28 CarriedExternal "carried_external" {
+            /// Nanoseconds since the log's start.
+            time_ns: Time,
+            /// Tag charged.
+            tag: U32,
+            /// Bytes held.
+            bytes: I64,
+        }
     }
 }
 

@@ -203,6 +203,42 @@ fn arb_record() -> impl Strategy<Value = Record> {
             thread,
             addr
         }),
+        (t, any::<u32>()).prop_map(|(time_ns, id)| Record::TagRetire { time_ns, id }),
+        (t, any::<Option<u64>>(), any::<Option<u32>>(), any::<Option<String>>()).prop_map(
+            |(time_ns, job, partition, stage)| Record::TagOverflow {
+                time_ns,
+                job,
+                partition,
+                stage
+            }
+        ),
+        (t, any::<u64>(), any::<u32>()).prop_map(|(time_ns, run, index)| Record::Segment { time_ns, run, index }),
+        (t, any::<u32>(), any::<u32>(), any::<u32>(), any::<u64>(), any::<u64>()).prop_map(
+            |(time_ns, thread, tag, stack, addr, size)| Record::Carried {
+                time_ns,
+                thread,
+                tag,
+                stack,
+                addr,
+                size
+            }
+        ),
+        (t, any::<u32>(), any::<u32>(), any::<u32>(), any::<(u64, u64, u64)>()).prop_map(
+            |(time_ns, thread, tag, stack, (addr, size, weight))| Record::CarriedSample {
+                time_ns,
+                thread,
+                tag,
+                stack,
+                addr,
+                size,
+                weight
+            }
+        ),
+        (t, any::<u32>(), any::<i64>()).prop_map(|(time_ns, tag, bytes)| Record::CarriedExternal {
+            time_ns,
+            tag,
+            bytes
+        }),
     ]
 }
 

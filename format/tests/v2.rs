@@ -167,6 +167,40 @@ fn sample(kind: Kind) -> Record {
             pid: 10,
             code: -1,
         },
+        Kind::TagRetire => Record::TagRetire { time_ns: t, id: 7 },
+        Kind::TagOverflow => Record::TagOverflow {
+            time_ns: t,
+            job: Some(9),
+            partition: None,
+            stage: Some("prove".into()),
+        },
+        Kind::Segment => Record::Segment {
+            time_ns: t,
+            run: 0xfeed,
+            index: 3,
+        },
+        Kind::Carried => Record::Carried {
+            time_ns: t,
+            thread: 1,
+            tag: 2,
+            stack: 3,
+            addr: 0x7f00_0000_0000,
+            size: 1 << 20,
+        },
+        Kind::CarriedSample => Record::CarriedSample {
+            time_ns: t,
+            thread: 1,
+            tag: 2,
+            stack: 3,
+            addr: 0x7f00_0000_1000,
+            size: 100,
+            weight: 4096,
+        },
+        Kind::CarriedExternal => Record::CarriedExternal {
+            time_ns: t,
+            tag: 2,
+            bytes: 1 << 30,
+        },
     }
 }
 

@@ -465,6 +465,15 @@ impl Model {
                     p.exit = Some(code);
                 }
             }
+            // Tag reuse and log segments (issue 16): read by the segment-set
+            // loader; until then the times keep the clock right.
+            Record::TagRetire { time_ns, .. }
+            | Record::TagOverflow { time_ns, .. }
+            | Record::Segment { time_ns, .. }
+            | Record::CarriedExternal { time_ns, .. } => {
+                self.time(time_ns);
+            }
+            Record::Carried { .. } | Record::CarriedSample { .. } => {}
         }
     }
 
