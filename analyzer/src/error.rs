@@ -38,6 +38,9 @@ pub enum Error {
     /// `heaptag run` / `watch` could not sample.
     #[error(transparent)]
     Watch(#[from] WatchError),
+    /// `heaptag export` could not make or write its output.
+    #[error(transparent)]
+    Export(#[from] crate::export::ExportError),
 }
 
 impl Error {

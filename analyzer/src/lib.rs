@@ -14,6 +14,7 @@ pub mod check;
 mod dump;
 pub mod dups;
 mod error;
+pub mod export;
 pub mod folded;
 pub mod model;
 pub mod policy;
@@ -112,6 +113,8 @@ pub enum Command {
         /// The process.
         pid: u32,
     },
+    /// A log in another tool's format (`heaptag export folded|perfetto`).
+    Export(export::ExportCmd),
     /// What a log holds: header, record counts, damage.
     Dump {
         /// Log to read.
@@ -209,6 +212,7 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
             dump::dump(log, *records, out)?;
             return Ok(Outcome::default());
         }
+        Command::Export(e) => vec![export::run(e, out)?],
         Command::Check {
             logs,
             policy,

@@ -151,6 +151,16 @@ enum Cmd {
         #[command(flatten)]
         watch: WatchArgs,
     },
+    /// A log in the formats other tools read: folded stacks (flame graphs),
+    /// a Perfetto trace.
+    ///
+    /// Example: heaptag export folded run.htlog > live.folded
+    ///          heaptag export perfetto -o run.json run.htlog
+    #[command(verbatim_doc_comment)]
+    Export {
+        #[command(subcommand)]
+        format: heaptag_analyzer::export::ExportCmd,
+    },
     /// What a log holds: header, counts of each record kind, damage found.
     ///
     /// Example: heaptag dump run-1234.htlog
@@ -237,6 +247,7 @@ fn command(cli: Cli) -> Command {
             csv,
         },
         Cmd::Dump { log, records } => Command::Dump { log, records },
+        Cmd::Export { format } => Command::Export(format),
         Cmd::Run { watch, cmd } => Command::Run {
             cfg: watch_config(watch),
             cmd,

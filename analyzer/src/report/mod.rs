@@ -12,7 +12,7 @@ mod timeline;
 pub use dups::{dups, DupsReport, DupsSection};
 pub use peak::{peak, Holding, Moment, Peak, PeakSection, SiteHolding};
 pub use sites::{sites, sites_with, SiteRow, Sites, SitesOptions, SitesSection};
-pub use timeline::{timeline, By, Series, Timeline, TimelineSection};
+pub use timeline::{key_of, timeline, By, Series, Timeline, TimelineSection};
 
 use std::collections::BTreeMap;
 

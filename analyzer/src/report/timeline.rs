@@ -64,7 +64,7 @@ pub struct Timeline {
 /// `shared (no partition)` (`shared (no job)`): process-wide caches entered
 /// with `heaptag::shared`, and untagged memory; never merged into a
 /// partition or job.
-fn key_of(k: &TagKey, by: By) -> String {
+pub fn key_of(k: &TagKey, by: By) -> String {
     match by {
         By::Stage => k.stage.clone().unwrap_or_else(|| "(no stage)".into()),
         By::Partition => k
