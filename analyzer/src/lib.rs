@@ -11,6 +11,7 @@
 //! render into a `Vec<u8>`.
 
 pub mod check;
+pub mod diff;
 mod dump;
 pub mod dups;
 mod error;
@@ -113,6 +114,18 @@ pub enum Command {
         /// The process.
         pid: u32,
     },
+    /// Two runs compared per stage/partition, call site and duplicated
+    /// content; exit 1 when a gated figure grew more than allowed.
+    Diff {
+        /// The earlier run's log.
+        old: PathBuf,
+        /// The later run's log.
+        new: PathBuf,
+        /// Output format.
+        format: Format,
+        /// The gate (`--fail-above`, `--fail-min-bytes`).
+        options: diff::DiffOptions,
+    },
     /// A log in another tool's format (`heaptag export folded|perfetto`).
     Export(export::ExportCmd),
     /// What a log holds: header, record counts, damage.
@@ -213,6 +226,20 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
             return Ok(Outcome::default());
         }
         Command::Export(e) => vec![export::run(e, out)?],
+        Command::Diff {
+            old,
+            new,
+            format,
+            options,
+        } => {
+            let (d, models) = diff::diff_logs(old, new, options)?;
+            diff::render(&d, *format, out)?;
+            return Ok(Outcome {
+                warnings: warnings(&models),
+                failed: !d.failures.is_empty(),
+                exit_code: None,
+            });
+        }
         Command::Check {
             logs,
             policy,

@@ -151,6 +151,30 @@ enum Cmd {
         #[command(flatten)]
         watch: WatchArgs,
     },
+    /// Two runs side by side: per stage/partition (jobs merged, as `check
+    /// --baseline` keys them), per call site and per duplicated content,
+    /// peak, allocated, copies and waste before and after, largest change
+    /// first; the run's peak RSS. With --fail-above, exit 1 when a gated
+    /// figure grew more than that (docs/REPORTS.md says which).
+    ///
+    /// Example: heaptag diff main.htlog branch.htlog
+    ///          heaptag diff --fail-above 10% --format markdown main.htlog branch.htlog >> $GITHUB_STEP_SUMMARY
+    #[command(verbatim_doc_comment)]
+    Diff {
+        /// The earlier run's log.
+        old: PathBuf,
+        /// The later run's log.
+        new: PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
+        /// Exit 1 when a gated figure grows more than this (e.g. 10%).
+        #[arg(long, value_name = "PCT", value_parser = heaptag_analyzer::diff::parse_pct)]
+        fail_above: Option<f64>,
+        /// ...and by at least this much (bytes figures; e.g. 1MiB, 0).
+        #[arg(long, value_name = "SIZE", default_value = "1MiB", value_parser = parse_size)]
+        fail_min_bytes: u64,
+    },
     /// A log in the formats other tools read: folded stacks (flame graphs),
     /// a Perfetto trace.
     ///
@@ -184,6 +208,10 @@ struct WatchArgs {
     /// Do not follow child processes.
     #[arg(long)]
     no_children: bool,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    heaptag_format::parse_size(s).ok_or_else(|| format!("{s:?}: expected a size such as 1MiB, 512KiB or 0"))
 }
 
 fn parse_interval(s: &str) -> Result<std::time::Duration, String> {
@@ -248,6 +276,21 @@ fn command(cli: Cli) -> Command {
         },
         Cmd::Dump { log, records } => Command::Dump { log, records },
         Cmd::Export { format } => Command::Export(format),
+        Cmd::Diff {
+            old,
+            new,
+            format,
+            fail_above,
+            fail_min_bytes,
+        } => Command::Diff {
+            old,
+            new,
+            format,
+            options: heaptag_analyzer::diff::DiffOptions {
+                fail_above_pct: fail_above,
+                fail_min_bytes,
+            },
+        },
         Cmd::Run { watch, cmd } => Command::Run {
             cfg: watch_config(watch),
             cmd,

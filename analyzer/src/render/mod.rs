@@ -12,7 +12,7 @@ use crate::units::seconds;
 
 mod findings;
 mod report;
-mod table;
+pub(crate) mod table;
 
 pub use findings::{dups, peak, sites, timeline, timeline_csv};
 pub use report::report;
