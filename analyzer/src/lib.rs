@@ -47,6 +47,16 @@ pub enum Command {
         /// Output format.
         format: Format,
     },
+    /// `Report` for big runs: tags filtered, grouped, sorted and cut
+    /// (`--filter`, `--by`, `--sort`, `--top`).
+    ReportView {
+        /// Logs to read (one section each).
+        logs: Vec<PathBuf>,
+        /// Output format.
+        format: Format,
+        /// The selection.
+        view: report::view::ReportView,
+    },
     /// What held memory at the RSS peak and at the attributed peak.
     Peak {
         /// Logs to read.
@@ -273,6 +283,13 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
         Command::Report { logs, format } => {
             let models = load_all(logs, Needs::default())?;
             render::report(&report::report(&models), *format, out)?;
+            models
+        }
+        Command::ReportView { logs, format, view } => {
+            let models = load_all(logs, Needs::default())?;
+            let mut r = report::report(&models);
+            report::view::apply(&mut r, &models, view)?;
+            render::report(&r, *format, out)?;
             models
         }
         Command::Peak { logs, format, top } => {

@@ -41,9 +41,24 @@ enum Cmd {
     ///
     /// Example: heaptag report run-1234.htlog
     ///          heaptag report --format markdown a.htlog b.htlog >> $GITHUB_STEP_SUMMARY
+    ///          heaptag report --by partition --filter 'stage=synth*' --sort peak --top 10 run.htlog
+    #[command(verbatim_doc_comment)]
     Report {
         #[command(flatten)]
         logs: Logs,
+        /// One row per tag, or the tags summed per stage, partition or job.
+        #[arg(long, value_enum, default_value = "tag")]
+        by: By,
+        /// Keep only tags whose DIM matches GLOB (DIM: stage, partition,
+        /// job, tag; e.g. 'stage=synth*'); repeat to require several.
+        #[arg(long, value_name = "DIM=GLOB", value_parser = parse_filter)]
+        filter: Vec<heaptag_analyzer::report::view::Filter>,
+        /// Row order: largest peak live, live at end or allocated first, or by name.
+        #[arg(long, value_enum, default_value = "name")]
+        sort: heaptag_analyzer::report::view::SortBy,
+        /// Show only the first N rows (after --sort).
+        #[arg(long, value_name = "N")]
+        top: Option<usize>,
     },
     /// What held memory at the RSS peak and at the attributed peak, per tag
     /// and per call site: "why was the peak 375 GiB?" in one command.
@@ -210,6 +225,10 @@ struct WatchArgs {
     no_children: bool,
 }
 
+fn parse_filter(s: &str) -> Result<heaptag_analyzer::report::view::Filter, String> {
+    s.parse()
+}
+
 fn parse_size(s: &str) -> Result<u64, String> {
     heaptag_format::parse_size(s).ok_or_else(|| format!("{s:?}: expected a size such as 1MiB, 512KiB or 0"))
 }
@@ -240,9 +259,21 @@ enum CheckFormat {
 /// The library's command for the parsed arguments.
 fn command(cli: Cli) -> Command {
     match cli.cmd {
-        Cmd::Report { logs } => Command::Report {
+        Cmd::Report {
+            logs,
+            by,
+            filter,
+            sort,
+            top,
+        } => Command::ReportView {
             logs: logs.logs,
             format: logs.format,
+            view: heaptag_analyzer::report::view::ReportView {
+                by,
+                filters: filter,
+                sort,
+                top,
+            },
         },
         Cmd::Peak { logs, top } => Command::Peak {
             logs: logs.logs,

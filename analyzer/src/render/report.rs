@@ -68,9 +68,20 @@ pub fn report(r: &Report, f: Format, out: &mut dyn Write) -> io::Result<()> {
             }
             t.write(f, out)?;
         }
-        if !s.tags.is_empty() {
-            heading(f, out, 3, "Per tag")?;
-            tag_table(&s.tags, f, out)?;
+        match (&s.groups, &s.selection) {
+            (Some(groups), Some(sel)) => {
+                let by = sel.by.unwrap_or(crate::report::By::Tag);
+                heading(f, out, 3, &format!("Per {}", format!("{by:?}").to_lowercase()))?;
+                crate::report::view::render_groups(by, groups, f, out)?;
+            }
+            _ if !s.tags.is_empty() => {
+                heading(f, out, 3, "Per tag")?;
+                tag_table(&s.tags, f, out)?;
+            }
+            _ => {}
+        }
+        if let Some(sel) = &s.selection {
+            crate::report::view::render_selection(sel, f, out)?;
         }
         if let Some(d) = &s.decomposition {
             let title = match d.peak_rss_bytes {

@@ -8,6 +8,7 @@ mod dups;
 mod peak;
 mod sites;
 mod timeline;
+pub mod view;
 
 pub use dups::{dups, DupsReport, DupsSection};
 pub use peak::{peak, Holding, Moment, Peak, PeakSection, SiteHolding};
@@ -216,6 +217,14 @@ pub struct ReportSection {
     pub marks: Vec<(f64, String)>,
     /// Processes sampled from outside (`heaptag run` / `heaptag watch`).
     pub processes: Vec<ProcRow>,
+    /// With `--by stage|partition|job`: the (filtered) tags summed per key
+    /// (report/view.rs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Vec<view::GroupRow>>,
+    /// With `--by`, `--filter`, `--sort` or `--top`: what was selected and
+    /// what was left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub selection: Option<view::Selection>,
 }
 
 /// A tag over several logs.
@@ -448,6 +457,8 @@ pub fn report(models: &[Model]) -> Report {
             decomposition: m.rss_peak.as_ref().and_then(|c| decomposition(m, c)),
             marks: m.marks.iter().map(|(t, l)| (secs(*t), l.clone())).collect(),
             processes: procs(m),
+            groups: None,
+            selection: None,
         })
         .collect();
     let combined = (sources.len() > 1).then(|| {
