@@ -40,6 +40,7 @@ use heaptag_format::hash::MixMap;
 use heaptag_format::{LogReader, Record};
 
 use crate::model::{Model, TagKey};
+use crate::progress::{Progress, RECORDS_PER_TICK};
 use crate::sites::{crate_of_function, frames};
 use crate::text::printable;
 use crate::Error;
@@ -533,7 +534,7 @@ pub fn stack_weights(m: &Model, weight: Weight) -> Result<StackWeights, Error> {
 /// number (from 1) of the record that reached the attributed peak
 /// ([`Model::attributed_peak`]'s second figure; 0: nothing was allocated).
 pub fn stack_weights_of(path: &Path, peak_record: u64, weight: Weight) -> Result<StackWeights, Error> {
-    let r = LogReader::open(path).map_err(|source| Error::Read {
+    let mut r = LogReader::open(path).map_err(|source| Error::Read {
         path: path.to_path_buf(),
         source,
     })?;
@@ -544,9 +545,13 @@ pub fn stack_weights_of(path: &Path, peak_record: u64, weight: Weight) -> Result
         Weight::Live(LiveAt::Peak) => Some(peak_record),
         _ => None,
     };
+    let mut progress = Progress::new(path, "stacks");
     if stop_at != Some(0) {
-        for rec in r {
+        while let Some(rec) = r.next() {
             records += 1;
+            if records % RECORDS_PER_TICK == 0 {
+                progress.tick(r.offset());
+            }
             let t = record_time(&rec);
             if let (Weight::Live(LiveAt::Time(at)), Some(t)) = (weight, t) {
                 if t > at {
@@ -562,6 +567,7 @@ pub fn stack_weights_of(path: &Path, peak_record: u64, weight: Weight) -> Result
             }
         }
     }
+    progress.done();
     let mut by: BTreeMap<(TagKey, Option<u32>, bool), u64> = BTreeMap::new();
     let mut put = |k: (TagKey, Option<u32>, bool), v: u64| {
         if v > 0 && !k.0.is_heaptag_own() {

@@ -19,6 +19,7 @@ pub mod export;
 pub mod folded;
 pub mod model;
 pub mod policy;
+pub mod progress;
 pub mod render;
 pub mod report;
 pub mod sites;

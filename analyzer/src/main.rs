@@ -200,6 +200,16 @@ enum Cmd {
         #[command(subcommand)]
         format: heaptag_analyzer::export::ExportCmd,
     },
+    /// A shell completion script, to source or install.
+    ///
+    /// Example: heaptag completions bash > ~/.local/share/bash-completion/completions/heaptag
+    ///          heaptag completions zsh > ~/.zfunc/_heaptag
+    ///          heaptag completions fish > ~/.config/fish/completions/heaptag.fish
+    #[command(verbatim_doc_comment)]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// What a log holds: header, counts of each record kind, damage found.
     ///
     /// Example: heaptag dump run-1234.htlog
@@ -256,9 +266,11 @@ enum CheckFormat {
     Junit,
 }
 
-/// The library's command for the parsed arguments.
-fn command(cli: Cli) -> Command {
-    match cli.cmd {
+/// The library's command for the parsed arguments (`None`: a completion
+/// script, which the binary writes itself).
+fn command(cli: Cli) -> Option<Command> {
+    Some(match cli.cmd {
+        Cmd::Completions { .. } => return None,
         Cmd::Report {
             logs,
             by,
@@ -348,6 +360,20 @@ fn command(cli: Cli) -> Command {
             },
             junit: matches!(format, CheckFormat::Junit),
         },
+    })
+}
+
+/// Writes the completion script of `shell` for the whole command line.
+fn completions(shell: clap_complete::Shell) -> ExitCode {
+    use clap::CommandFactory;
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "heaptag", &mut out);
+    match std::io::Write::write_all(&mut std::io::stdout().lock(), &out) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            eprintln!("heaptag: cannot write the completion script: {e}");
+            ExitCode::from(2)
+        }
+        _ => ExitCode::SUCCESS,
     }
 }
 
@@ -362,7 +388,13 @@ fn run_on_stdout(cmd: &Command) -> anyhow::Result<Outcome> {
 }
 
 fn main() -> ExitCode {
-    let cmd = command(Cli::parse());
+    let cli = Cli::parse();
+    if let Cmd::Completions { shell } = cli.cmd {
+        return completions(shell);
+    }
+    let Some(cmd) = command(cli) else {
+        return ExitCode::SUCCESS;
+    };
     match run_on_stdout(&cmd) {
         Ok(outcome) => match outcome.exit_code {
             Some(code) => ExitCode::from(code.clamp(0, 255) as u8),

@@ -43,6 +43,7 @@ use heaptag_format::hash::MixMap;
 use crate::dups;
 use crate::folded::{record_time, Gen, Replay};
 use crate::model::Model;
+use crate::progress::{Progress, RECORDS_PER_TICK};
 use crate::report::{key_of, By};
 use crate::units::bytes;
 use crate::Error;
@@ -179,7 +180,7 @@ struct Series {
 }
 
 fn series(m: &Model, by: By) -> Result<Series, Error> {
-    let r = LogReader::open(&m.path).map_err(|source| Error::Read {
+    let mut r = LogReader::open(&m.path).map_err(|source| Error::Read {
         path: m.path.clone(),
         source,
     })?;
@@ -191,7 +192,13 @@ fn series(m: &Model, by: By) -> Result<Series, Error> {
     let mut tag_key: MixMap<Gen, (Option<String>, u64)> = MixMap::default();
     let mut key_sum: BTreeMap<String, u64> = BTreeMap::new();
     let mut now = 0u64;
-    for rec in r {
+    let mut progress = Progress::new(&m.path, "trace");
+    let mut records = 0u64;
+    while let Some(rec) = r.next() {
+        records += 1;
+        if records % RECORDS_PER_TICK == 0 {
+            progress.tick(r.offset());
+        }
         if let Some(t) = record_time(&rec) {
             // Threads' records interleave a little: time never goes back.
             now = now.max(t);
@@ -217,6 +224,7 @@ fn series(m: &Model, by: By) -> Result<Series, Error> {
             out.keys.entry(key.clone()).or_default().push(now, *sum);
         }
     }
+    progress.done();
     for c in out.keys.values_mut() {
         c.flush();
     }

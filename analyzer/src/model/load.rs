@@ -1,47 +1,14 @@
 //! Loading: reading a log file through [`LogReader`] into a [`Model`], with
-//! progress on a terminal. Nothing here reads anything but the log.
+//! progress on a terminal (progress.rs). Nothing here reads anything but the log.
 
-use std::io::IsTerminal;
 use std::path::Path;
-use std::time::Instant;
 
 use heaptag_format::LogReader;
 
 use super::Model;
+use crate::progress::{Progress, RECORDS_PER_TICK};
 use crate::text::printable_header;
 use crate::Error;
-
-/// Shows reading progress on stderr when it is a terminal.
-struct Progress {
-    on: bool,
-    total: u64,
-    last: Instant,
-    label: String,
-}
-
-impl Progress {
-    fn new(path: &Path, pass: &str) -> Progress {
-        Progress {
-            on: std::io::stderr().is_terminal(),
-            total: std::fs::metadata(path).map_or(0, |m| m.len()),
-            last: Instant::now(),
-            label: format!("{} ({pass})", path.display()),
-        }
-    }
-
-    fn tick(&mut self, at: u64) {
-        if self.on && self.last.elapsed().as_millis() >= 250 && self.total > 0 {
-            self.last = Instant::now();
-            eprint!("\rreading {}: {:>3}%", self.label, at * 100 / self.total);
-        }
-    }
-
-    fn done(&self) {
-        if self.on && self.last.elapsed().as_millis() > 0 {
-            eprint!("\r\x1b[K");
-        }
-    }
-}
 
 impl Model {
     /// Reads the log at `path` in one pass; with `peak`, a second pass stops
@@ -79,7 +46,7 @@ impl Model {
                 m.attributed_composition = Some(m.compose());
                 break;
             }
-            if m.records % 65536 == 0 {
+            if m.records % RECORDS_PER_TICK == 0 {
                 progress.tick(r.offset());
             }
         }

@@ -26,6 +26,7 @@ use serde::Serialize;
 use super::{key_of, At, By, Report, TagRow};
 use crate::folded::{record_time, Gen, Replay};
 use crate::model::{Model, TagKey};
+use crate::progress::{Progress, RECORDS_PER_TICK};
 use crate::render::table::Table;
 use crate::render::Format;
 use crate::units::{bytes, seconds, secs};
@@ -217,7 +218,7 @@ fn sort_rows<T>(rows: &mut [T], sort: SortBy, f: impl Fn(&T) -> (u64, u64, u64))
 /// Each group's exact peak: the log replayed, live bytes summed per group
 /// of the kept tags at every change.
 fn group_peaks(m: &Model, view: &ReportView) -> Result<BTreeMap<String, (u64, u64)>, Error> {
-    let r = LogReader::open(&m.path).map_err(|source| Error::Read {
+    let mut r = LogReader::open(&m.path).map_err(|source| Error::Read {
         path: m.path.clone(),
         source,
     })?;
@@ -227,7 +228,13 @@ fn group_peaks(m: &Model, view: &ReportView) -> Result<BTreeMap<String, (u64, u6
     let mut sums: BTreeMap<String, u64> = BTreeMap::new();
     let mut peaks: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     let mut now = 0u64;
-    for rec in r {
+    let mut progress = Progress::new(&m.path, "groups");
+    let mut records = 0u64;
+    while let Some(rec) = r.next() {
+        records += 1;
+        if records % RECORDS_PER_TICK == 0 {
+            progress.tick(r.offset());
+        }
         if let Some(t) = record_time(&rec) {
             now = now.max(t);
         }
@@ -248,6 +255,7 @@ fn group_peaks(m: &Model, view: &ReportView) -> Result<BTreeMap<String, (u64, u6
             }
         }
     }
+    progress.done();
     Ok(peaks)
 }
 
