@@ -16,7 +16,8 @@
 //!   [`By`]) named `live <key>` (keys as `heaptag timeline` names them),
 //!   with one argument `bytes`: live bytes (tracked exact + small
 //!   estimate) as every allocation and free changes them, coalesced per
-//!   millisecond ([`WINDOW_NS`]: each window's highest value at its time,
+//!   millisecond ([`window_ns`]: wider for runs longer than 20 s, so a run
+//!   is at most 20,000 windows; each window's highest value at its time,
 //!   then its last), so every peak is there however short;
 //! - counters `VmRSS` and `VmHWM` (argument `bytes`) at every sample, and
 //!   for a `heaptag run` / `watch` log `VmRSS pid N` and `VmHWM pid N` per
@@ -125,27 +126,44 @@ fn counter(name: String, pid: u32, t_ns: u64, v: u64) -> Event {
     }
 }
 
-/// Width of the windows live-bytes counters are coalesced in: within each
-/// window a key's highest value (at its time) and its last are kept, so no
-/// peak is lost and the trace stays proportional to the run's length, not
-/// to its allocations.
+/// Narrowest window live-bytes counters are coalesced in: 1 ms.
 pub const WINDOW_NS: u64 = 1_000_000;
+
+/// Most windows a run is cut into: a longer run gets wider windows, so a
+/// counter has at most twice this many events however long the run.
+pub const MAX_WINDOWS: u64 = 20_000;
+
+/// The window for a run of `duration_ns`: [`WINDOW_NS`], or wider so the
+/// run is at most [`MAX_WINDOWS`] windows. Within each window a key's
+/// highest value (at its time) and its last are kept, so no peak is lost
+/// and the trace grows with the run's length, not with its allocations.
+pub fn window_ns(duration_ns: u64) -> u64 {
+    WINDOW_NS.max(duration_ns.div_ceil(MAX_WINDOWS))
+}
 
 /// A counter's value at a time: (ns, bytes).
 type Point = (u64, u64);
 
 /// One counter's points, coalesced per window: the highest and the last
 /// value of each window where it changed.
-#[derive(Default)]
 struct Coalesced {
+    window: u64,
     points: Vec<(u64, u64)>,
     /// The open window: its index, (time, value) of its highest, its last.
     open: Option<(u64, Point, Point)>,
 }
 
 impl Coalesced {
+    fn new(window: u64) -> Coalesced {
+        Coalesced {
+            window,
+            points: Vec::new(),
+            open: None,
+        }
+    }
+
     fn push(&mut self, t: u64, v: u64) {
-        let w = t / WINDOW_NS;
+        let w = t / self.window;
         match &mut self.open {
             Some((ow, max, last)) if *ow == w => {
                 if v > max.1 {
@@ -172,7 +190,6 @@ impl Coalesced {
 
 /// What one pass over the log gives: live bytes per key (exact, coalesced
 /// per window) and the RSS samples, own and per sampled process.
-#[derive(Default)]
 struct Series {
     keys: BTreeMap<String, Coalesced>,
     rss: Vec<(u64, u64, u64)>,
@@ -184,7 +201,11 @@ fn series(m: &Model, by: By) -> Result<Series, Error> {
         path: m.path.clone(),
         source,
     })?;
-    let mut out = Series::default();
+    let mut out = Series {
+        keys: BTreeMap::new(),
+        rss: Vec::new(),
+        procs: BTreeMap::new(),
+    };
     let mut replay = Replay::default();
     replay.track_tags = true;
     // Per tag generation: its key (None: heaptag's own) and the bytes it
@@ -192,6 +213,7 @@ fn series(m: &Model, by: By) -> Result<Series, Error> {
     let mut tag_key: MixMap<Gen, (Option<String>, u64)> = MixMap::default();
     let mut key_sum: BTreeMap<String, u64> = BTreeMap::new();
     let mut now = 0u64;
+    let window = window_ns(m.end_ns);
     let mut progress = Progress::new(&m.path, "trace");
     let mut records = 0u64;
     while let Some(rec) = r.next() {
@@ -221,7 +243,10 @@ fn series(m: &Model, by: By) -> Result<Series, Error> {
             let sum = key_sum.entry(key.clone()).or_default();
             *sum = sum.saturating_sub(*held).saturating_add(live);
             *held = live;
-            out.keys.entry(key.clone()).or_default().push(now, *sum);
+            out.keys
+                .entry(key.clone())
+                .or_insert_with(|| Coalesced::new(window))
+                .push(now, *sum);
         }
     }
     progress.done();
@@ -369,4 +394,21 @@ pub fn trace(m: &Model, by: By) -> Result<Trace, Error> {
 pub fn write(t: &Trace, out: &mut dyn Write) -> io::Result<()> {
     serde_json::to_writer(&mut *out, t).map_err(io::Error::other)?;
     writeln!(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_keep_each_peak_and_last_value() {
+        assert_eq!(window_ns(0), WINDOW_NS);
+        assert_eq!(window_ns(3_600_000_000_000), 180_000_000);
+        let mut c = Coalesced::new(10);
+        for (t, v) in [(1, 5), (2, 9), (3, 4), (15, 4), (27, 1), (28, 3)] {
+            c.push(t, v);
+        }
+        c.flush();
+        assert_eq!(c.points, vec![(2, 9), (3, 4), (15, 4), (28, 3)]);
+    }
 }
