@@ -107,6 +107,23 @@ fn every_command(log: &Path) -> Vec<String> {
         vec!["timeline", "--csv", "--by", "tag", log],
         vec!["check", "--policy", policy, log],
         vec!["dump", log],
+        // Issue 18: exports, diff, report for big runs.
+        vec!["export", "folded", log],
+        vec!["export", "folded", "--weight", "allocated", log],
+        vec!["export", "perfetto", log],
+        vec!["diff", log, log],
+        vec![
+            "report",
+            "--by",
+            "partition",
+            "--filter",
+            "stage=*",
+            "--sort",
+            "peak",
+            "--top",
+            "5",
+            log,
+        ],
     ];
     let mut outs = Vec::new();
     for args in runs {
