@@ -154,7 +154,8 @@ pub enum Command {
 pub struct Outcome {
     /// Warnings about the inputs.
     pub warnings: Vec<String>,
-    /// `heaptag check` found a broken rule (exit code 1).
+    /// `heaptag check` found a broken rule, or `heaptag diff` a figure
+    /// grown past `--fail-above` (exit code 1).
     pub failed: bool,
     /// `heaptag run`: the command's exit code, to pass through.
     pub exit_code: Option<i32>,

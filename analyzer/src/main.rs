@@ -2,9 +2,10 @@
 //! exit codes. A closed stdout (`heaptag report x | head`) is success.
 //!
 //! Exit codes: 0 success (warnings about damaged logs go to stderr); 1 a
-//! `heaptag check` rule is broken; 2 bad usage, a bad policy or baseline, a
-//! log that cannot be read at all (missing, not a heaptag log, newer format,
-//! damaged header), or a process that does not exist or cannot be read;
+//! `heaptag check` rule is broken, or a figure grew past `heaptag diff
+//! --fail-above`; 2 bad usage, a bad policy or baseline, a log that cannot
+//! be read at all (missing, not a heaptag log, newer format, damaged
+//! header), or a process that does not exist or cannot be read;
 //! `heaptag run` passes its command's exit code through (128 + signal when
 //! the command was killed) and exits 127 when the command cannot start.
 
