@@ -210,8 +210,9 @@ fn series(m: &Model, by: By) -> Result<Series, Error> {
     replay.track_tags = true;
     // Per tag generation: its key (None: heaptag's own) and the bytes it
     // adds to the key now.
-    let mut tag_key: MixMap<Gen, (Option<String>, u64)> = MixMap::default();
-    let mut key_sum: BTreeMap<String, u64> = BTreeMap::new();
+    let mut tags: MixMap<Gen, (Option<usize>, u64)> = MixMap::default();
+    let mut index: BTreeMap<String, usize> = BTreeMap::new();
+    let mut keys: Vec<(u64, Coalesced)> = Vec::new();
     let mut now = 0u64;
     let window = window_ns(m.end_ns);
     let mut progress = Progress::new(&m.path, "trace");
@@ -235,20 +236,31 @@ fn series(m: &Model, by: By) -> Result<Series, Error> {
         replay.apply(rec);
         for g in std::mem::take(&mut replay.changed) {
             let live = replay.tag_live.get(&g).copied().unwrap_or(0);
-            let (key, held) = tag_key.entry(g).or_insert_with(|| {
+            let (key, held) = tags.entry(g).or_insert_with(|| {
                 let k = replay.key(g);
-                ((!k.is_heaptag_own()).then(|| key_of(&k, by)), 0)
+                let key = (!k.is_heaptag_own()).then(|| {
+                    let next = index.len();
+                    *index.entry(key_of(&k, by)).or_insert(next)
+                });
+                if let Some(i) = key {
+                    if i >= keys.len() {
+                        keys.resize_with(i + 1, || (0, Coalesced::new(window)));
+                    }
+                }
+                (key, 0)
             });
-            let Some(key) = key else { continue };
-            let sum = key_sum.entry(key.clone()).or_default();
+            let Some(i) = *key else { continue };
+            let (sum, series) = &mut keys[i];
             *sum = sum.saturating_sub(*held).saturating_add(live);
             *held = live;
-            out.keys
-                .entry(key.clone())
-                .or_insert_with(|| Coalesced::new(window))
-                .push(now, *sum);
+            series.push(now, *sum);
         }
     }
+    let mut slots: Vec<Option<Coalesced>> = keys.into_iter().map(|k| Some(k.1)).collect();
+    out.keys = index
+        .into_iter()
+        .filter_map(|(k, i)| slots[i].take().map(|c| (k, c)))
+        .collect();
     progress.done();
     for c in out.keys.values_mut() {
         c.flush();

@@ -224,9 +224,11 @@ fn group_peaks(m: &Model, view: &ReportView) -> Result<BTreeMap<String, (u64, u6
     })?;
     let mut replay = Replay::default();
     replay.track_tags = true;
-    let mut groups: MixMap<Gen, (Option<String>, u64)> = MixMap::default();
-    let mut sums: BTreeMap<String, u64> = BTreeMap::new();
-    let mut peaks: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    // Per tag generation: its group's index (None: left out) and the bytes
+    // it adds to the group now; per group: its sum now and its peak.
+    let mut tags: MixMap<Gen, (Option<usize>, u64)> = MixMap::default();
+    let mut index: BTreeMap<String, usize> = BTreeMap::new();
+    let mut sums: Vec<(u64, u64, u64)> = Vec::new();
     let mut now = 0u64;
     let mut progress = Progress::new(&m.path, "groups");
     let mut records = 0u64;
@@ -241,20 +243,30 @@ fn group_peaks(m: &Model, view: &ReportView) -> Result<BTreeMap<String, (u64, u6
         replay.apply(rec);
         for g in std::mem::take(&mut replay.changed) {
             let live = replay.tag_live.get(&g).copied().unwrap_or(0);
-            let (group, held) = groups.entry(g).or_insert_with(|| {
+            let (group, held) = tags.entry(g).or_insert_with(|| {
                 let k = replay.key(g);
-                ((!k.is_heaptag_own() && view.keeps(&k)).then(|| key_of(&k, view.by)), 0)
+                let group = (!k.is_heaptag_own() && view.keeps(&k)).then(|| {
+                    let next = index.len();
+                    *index.entry(key_of(&k, view.by)).or_insert(next)
+                });
+                if let Some(i) = group {
+                    if i >= sums.len() {
+                        sums.resize(i + 1, (0, 0, 0));
+                    }
+                }
+                (group, 0)
             });
-            let Some(group) = group else { continue };
-            let s = sums.entry(group.clone()).or_default();
-            *s = s.saturating_sub(*held).saturating_add(live);
+            let Some(i) = *group else { continue };
+            let (sum, peak, peak_t) = &mut sums[i];
+            *sum = sum.saturating_sub(*held).saturating_add(live);
             *held = live;
-            let p = peaks.entry(group.clone()).or_default();
-            if *s > p.0 {
-                *p = (*s, now);
+            if *sum > *peak {
+                *peak = *sum;
+                *peak_t = now;
             }
         }
     }
+    let peaks: BTreeMap<String, (u64, u64)> = index.into_iter().map(|(k, i)| (k, (sums[i].1, sums[i].2))).collect();
     progress.done();
     Ok(peaks)
 }
