@@ -14,7 +14,9 @@
 //!   log, or a time. Tracked blocks count their exact size; sampled small
 //!   blocks their weight (the estimate every report uses), so the lines of
 //!   one tag sum to its tracked + small estimate at that moment, and all
-//!   lines to the report's *peak attributed* at [`LiveAt::Peak`].
+//!   lines to the report's *peak attributed* at [`LiveAt::Peak`] (less
+//!   what heaptag's own log writer held then, which no per-tag output
+//!   shows).
 //! - **allocated** over the run: tracked blocks exactly (a resize under the
 //!   same tag allocates its growth, under another tag its whole size, as
 //!   `heaptag report` counts), small blocks from the process's exact per-tag
