@@ -276,13 +276,10 @@ fn group_peak_from_timeline(m: &Model, tags: &[u32]) -> (u64, u64) {
     if m.timeline.names.is_some() {
         return worst;
     }
-    for (b, vals) in m.timeline.replay() {
-        let sum: u128 = vals
-            .iter()
-            .filter(|(t, _)| selected.contains(t))
-            .map(|&(_, v)| u128::from(v))
-            .sum();
-        let sum = u64::try_from(sum).unwrap_or(u64::MAX);
+    let mut sums = crate::model::KeyedSums::default();
+    for b in &m.timeline.buckets {
+        sums.bucket(b, &mut |t| selected.contains(&t).then_some(0));
+        let sum = sums.value(0);
         if sum > worst.0 {
             worst = (sum, b.t);
         }

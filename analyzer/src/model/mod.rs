@@ -26,7 +26,7 @@ mod timeline;
 
 pub use ids::IdTable;
 pub use segments::{expand_inputs, plan_runs, RunPlan, SegmentInfo};
-pub use timeline::{Bucket, Timeline, TIMELINE_BUCKETS};
+pub use timeline::{Bucket, Change, KeyedSums, Timeline, TIMELINE_BUCKETS};
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -683,6 +683,8 @@ impl Model {
         let dirty = std::mem::take(&mut self.tl_dirty);
         let mut changes: Vec<(u32, u64, u64)> = Vec::with_capacity(dirty.len());
         let named = self.hooks.timeline_key.is_some();
+        // Index in `changes` by series (named series gather several tags).
+        let mut at: heaptag_format::hash::MixMap<u32, usize> = Default::default();
         for &tag in &dirty {
             let a = self.tag_acc.entry(tag);
             a.dirty &= !1;
@@ -703,9 +705,12 @@ impl Model {
                     let before = *sum;
                     *sum = *sum - u128::from(prev) + u128::from(now);
                     let clamp = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
-                    match changes.iter_mut().find(|c| c.0 == series) {
-                        Some(c) => c.2 = clamp(*sum),
-                        None => changes.push((series, clamp(before), clamp(*sum))),
+                    match at.get(&series) {
+                        Some(&i) => changes[i].2 = clamp(*sum),
+                        None => {
+                            at.insert(series, changes.len());
+                            changes.push((series, clamp(before), clamp(*sum)));
+                        }
                     }
                 }
             } else {

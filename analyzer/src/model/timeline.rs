@@ -136,10 +136,10 @@ impl Timeline {
         }
     }
 
-    /// Each bucket's values of every series, as (time of the bucket's first
-    /// sample, VmRSS max, [(series, max)] for the series not 0 in it),
-    /// replayed from the changes: a caller's state is `values`, series ->
-    /// value at the bucket's end.
+    /// Each bucket's values of every series not 0 in it: (bucket,
+    /// [(series, highest value in the bucket)]), replayed from the changes.
+    /// Costs buckets x series alive: for a few series, or tests; reports
+    /// summing many series use [`KeyedSums`].
     pub fn replay(&self) -> impl Iterator<Item = (&Bucket, Vec<(u32, u64)>)> + '_ {
         let mut values: MixMap<u32, u64> = MixMap::default();
         self.buckets.iter().map(move |b| {
@@ -166,6 +166,74 @@ impl Timeline {
             out.sort_unstable();
             (b, out)
         })
+    }
+}
+
+/// Sums of series per key, bucket after bucket, at the cost of the
+/// changes: a key's value in a bucket is the sum of its series' highest
+/// values in the bucket (their values when unchanged). Exact when each key
+/// is one series or each bucket one sample; otherwise an upper bound of
+/// the key's highest sum (its series may peak at different samples).
+#[derive(Debug, Default)]
+pub struct KeyedSums {
+    /// Per key: the sum of its series' values at the previous bucket's end.
+    cur: Vec<i128>,
+    /// Per key touched in this bucket: its value in the bucket.
+    val: Vec<i128>,
+    touched: Vec<usize>,
+    is_touched: Vec<bool>,
+    total_cur: i128,
+    total_val: i128,
+}
+
+impl KeyedSums {
+    /// Moves to bucket `b`, `key` giving each series' key (`None`: left
+    /// out). Returns the keys whose value in this bucket differs from
+    /// their value before.
+    pub fn bucket(&mut self, b: &Bucket, key: &mut impl FnMut(u32) -> Option<usize>) -> &[usize] {
+        for &k in &self.touched {
+            self.is_touched[k] = false;
+        }
+        self.touched.clear();
+        self.total_val = self.total_cur;
+        let mut ends: Vec<(usize, i128)> = Vec::with_capacity(b.changes.len());
+        for c in &b.changes {
+            let Some(k) = key(c.series) else { continue };
+            if k >= self.cur.len() {
+                self.cur.resize(k + 1, 0);
+                self.val.resize(k + 1, 0);
+                self.is_touched.resize(k + 1, false);
+            }
+            if !self.is_touched[k] {
+                self.is_touched[k] = true;
+                self.touched.push(k);
+                self.val[k] = self.cur[k];
+            }
+            let d = i128::from(c.max) - i128::from(c.before);
+            self.val[k] += d;
+            self.total_val += d;
+            ends.push((k, i128::from(c.end) - i128::from(c.before)));
+        }
+        for (k, d) in ends {
+            self.cur[k] += d;
+            self.total_cur += d;
+        }
+        &self.touched
+    }
+
+    /// Key `k`'s value in the current bucket.
+    pub fn value(&self, k: usize) -> u64 {
+        let v = if self.is_touched.get(k).copied().unwrap_or(false) {
+            self.val[k]
+        } else {
+            self.cur.get(k).copied().unwrap_or(0)
+        };
+        u64::try_from(v.max(0)).unwrap_or(u64::MAX)
+    }
+
+    /// Every key's value in the current bucket, summed.
+    pub fn total(&self) -> u128 {
+        u128::try_from(self.total_val.max(0)).unwrap_or(u128::MAX)
     }
 }
 

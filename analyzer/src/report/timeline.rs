@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::{Source, SCHEMA_VERSION};
 use heaptag_format::hash::MixMap;
 
-use crate::model::{Model, TagKey};
+use crate::model::{KeyedSums, Model, TagKey};
 use crate::units::secs;
 
 /// What a timeline groups tags by.
@@ -123,25 +123,9 @@ impl Keys<'_> {
     }
 }
 
-/// Each bucket's value per key: the sum of its series' maxima in the
-/// bucket (exact when a bucket is one sample, or when the timeline was
-/// grouped by this key at loading: then each key is one series).
-fn bucket_sums(keys: &mut Keys<'_>, vals: &[(u32, u64)], sums: &mut Vec<u128>, touched: &mut Vec<usize>) {
-    touched.clear();
-    for &(series, v) in vals {
-        if let Some(k) = keys.of(series) {
-            if k >= sums.len() {
-                sums.resize(k + 1, 0);
-            }
-            if sums[k] == 0 {
-                touched.push(k);
-            }
-            sums[k] += u128::from(v);
-        }
-    }
-}
-
-/// The series of one log, per key, from the model's downsampled timeline.
+/// The series of one log, per key, from the model's downsampled timeline:
+/// each point is the key's highest sum in the bucket (exact when the
+/// timeline was grouped by this key at loading, or not downsampled).
 fn section_series(m: &Model, by: By) -> Vec<Series> {
     let n = m.timeline.len();
     let mut keys = Keys {
@@ -150,16 +134,17 @@ fn section_series(m: &Model, by: By) -> Vec<Series> {
         key_index: BTreeMap::new(),
         of_series: MixMap::default(),
     };
-    // First pass: each key's peak.
-    let mut peaks: Vec<u128> = Vec::new();
-    let mut sums: Vec<u128> = Vec::new();
-    let mut touched = Vec::new();
-    for (_, vals) in m.timeline.replay() {
-        bucket_sums(&mut keys, &vals, &mut sums, &mut touched);
-        peaks.resize(sums.len(), 0);
-        for &k in &touched {
-            peaks[k] = peaks[k].max(sums[k]);
-            sums[k] = 0;
+    // First pass: each key's peak (a key's value changes only in the
+    // buckets that list it).
+    let mut peaks: Vec<u64> = Vec::new();
+    let mut sums = KeyedSums::default();
+    for b in &m.timeline.buckets {
+        let touched = sums.bucket(b, &mut |s| keys.of(s)).to_vec();
+        for k in touched {
+            if peaks.len() <= k {
+                peaks.resize(k + 1, 0);
+            }
+            peaks[k] = peaks[k].max(sums.value(k));
         }
     }
     let mut order: Vec<(String, usize)> = keys
@@ -179,20 +164,17 @@ fn section_series(m: &Model, by: By) -> Vec<Series> {
     };
     // Second pass: the kept keys' values at each bucket (the rest summed).
     let mut values: Vec<Vec<u64>> = vec![Vec::with_capacity(n); kept.len() + usize::from(others > 0)];
-    let clamp = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
-    for (_, vals) in m.timeline.replay() {
-        bucket_sums(&mut keys, &vals, &mut sums, &mut touched);
-        let mut rest: u128 = touched.iter().map(|&k| sums[k]).sum();
+    let mut sums = KeyedSums::default();
+    for b in &m.timeline.buckets {
+        sums.bucket(b, &mut |s| keys.of(s));
+        let mut rest = sums.total();
         for (i, (_, k)) in kept.iter().enumerate() {
-            let v = sums.get(*k).copied().unwrap_or(0);
-            rest -= v;
-            values[i].push(clamp(v));
+            let v = sums.value(*k);
+            rest = rest.saturating_sub(u128::from(v));
+            values[i].push(v);
         }
         if others > 0 {
-            values[kept.len()].push(clamp(rest));
-        }
-        for &k in &touched {
-            sums[k] = 0;
+            values[kept.len()].push(u64::try_from(rest).unwrap_or(u64::MAX));
         }
     }
     let rest = (others > 0).then(|| values.pop().unwrap_or_default());
