@@ -135,13 +135,12 @@ impl WriterState {
         out.extend(self.defs.values().cloned());
         out.extend(self.live.values().cloned());
         out.extend(self.samples.values().cloned());
-        out.extend(self.external.iter().filter(|e| *e.1 != 0).map(|(&tag, &bytes)| {
-            Record::CarriedExternal {
-                time_ns: t,
-                tag,
-                bytes,
-            }
-        }));
+        out.extend(
+            self.external
+                .iter()
+                .filter(|e| *e.1 != 0)
+                .map(|(&tag, &bytes)| Record::CarriedExternal { time_ns: t, tag, bytes }),
+        );
         out
     }
 }
@@ -478,7 +477,13 @@ fn one_segment_alone_starts_from_its_carried_state() {
         })
         .unwrap();
     assert_eq!(m.tag_acc.get(j1p1).unwrap().external, MIB as i64);
-    assert!(m.damage.iter().any(|d| d.contains("segment 0") && d.contains("missing")), "{:?}", m.damage);
+    assert!(
+        m.damage
+            .iter()
+            .any(|d| d.contains("segment 0") && d.contains("missing")),
+        "{:?}",
+        m.damage
+    );
     std::fs::remove_dir_all(&d).ok();
 }
 
@@ -489,7 +494,13 @@ fn a_gap_is_warned_about_and_the_next_segment_resyncs() {
     let want = json(&["report", "--format", "json", whole.to_str().unwrap()]);
     // Segments 0 and 2: segment 1 is missing.
     let (code, out, err) = heaptag(
-        &["report", "--format", "json", segs[2].to_str().unwrap(), segs[0].to_str().unwrap()],
+        &[
+            "report",
+            "--format",
+            "json",
+            segs[2].to_str().unwrap(),
+            segs[0].to_str().unwrap(),
+        ],
         &[],
     );
     assert_eq!(code, 0, "{err}");
@@ -501,10 +512,21 @@ fn a_gap_is_warned_about_and_the_next_segment_resyncs() {
     let got: serde_json::Value = serde_json::from_str(&out).unwrap();
     // What lived at the end is right (the carried state of segment 2 was
     // applied: job 1 partition 0's 1 MiB block, allocated in the gap).
-    for tag in ["job=1 stage=prove partition=0", "job=1 stage=prove partition=1", "job=2 stage=prove partition=0"] {
-        assert_eq!(row(&got, tag)["live_end_bytes"], row(&want, tag)["live_end_bytes"], "{tag}");
+    for tag in [
+        "job=1 stage=prove partition=0",
+        "job=1 stage=prove partition=1",
+        "job=2 stage=prove partition=0",
+    ] {
+        assert_eq!(
+            row(&got, tag)["live_end_bytes"],
+            row(&want, tag)["live_end_bytes"],
+            "{tag}"
+        );
     }
-    assert_eq!(row(&got, "job=1 stage=prove partition=0")["live_end_tracked_bytes"], MIB);
+    assert_eq!(
+        row(&got, "job=1 stage=prove partition=0")["live_end_tracked_bytes"],
+        MIB
+    );
     std::fs::remove_dir_all(&d).ok();
 }
 
@@ -516,13 +538,22 @@ fn segments_given_twice_or_of_two_runs_are_errors_naming_the_files() {
     std::fs::copy(&segs[1], &copy).unwrap();
     let (code, _, err) = heaptag(&["report", segs[1].to_str().unwrap(), copy.to_str().unwrap()], &[]);
     assert_eq!(code, 2);
-    assert!(err.contains("both segment 1") && err.contains("copy.htlog") && err.contains("run-a.htlog"), "{err}");
+    assert!(
+        err.contains("both segment 1") && err.contains("copy.htlog") && err.contains("run-a.htlog"),
+        "{err}"
+    );
     // dump reads one run: a segment and another log are two.
     let (code, _, err) = heaptag(&["dump", segs[0].to_str().unwrap(), whole.to_str().unwrap()], &[]);
     assert_eq!(code, 2);
     assert!(err.contains("2 different runs") && err.contains("whole.log"), "{err}");
     // report reads several runs, one section each (as for several logs).
-    let r = json(&["report", "--format", "json", whole.to_str().unwrap(), segs[0].to_str().unwrap()]);
+    let r = json(&[
+        "report",
+        "--format",
+        "json",
+        whole.to_str().unwrap(),
+        segs[0].to_str().unwrap(),
+    ]);
     assert_eq!(r["sources"].as_array().unwrap().len(), 2);
     let (code, _, err) = heaptag(&["report", &format!("{}/nothing-*.htlog", d.display())], &[]);
     assert_eq!(code, 2);

@@ -117,7 +117,12 @@ impl Model {
         m
     }
 
-    fn pass(paths: &[PathBuf], infos: &[SegmentInfo], stop_at: Option<u64>, opts: &LoadOptions) -> Result<Model, Error> {
+    fn pass(
+        paths: &[PathBuf],
+        infos: &[SegmentInfo],
+        stop_at: Option<u64>,
+        opts: &LoadOptions,
+    ) -> Result<Model, Error> {
         let mut m: Option<Model> = None;
         let mut unknown = 0u64;
         let mut prev_index: Option<u32> = None;

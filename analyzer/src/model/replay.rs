@@ -204,7 +204,10 @@ impl Model {
                     reach = reach.max(run[j].4);
                     continue;
                 }
-                let distinct = run[from..j].iter().map(|e| e.5).collect::<std::collections::BTreeSet<_>>();
+                let distinct = run[from..j]
+                    .iter()
+                    .map(|e| e.5)
+                    .collect::<std::collections::BTreeSet<_>>();
                 if distinct.len() > 1 {
                     for e in &run[from..j] {
                         keep[e.5 as usize] = true;
@@ -232,7 +235,11 @@ impl Model {
             let p = self.pruned.entry(i.tag).or_default();
             if obs.iter().any(|o| o.when.is_some()) {
                 p.fingerprinted = true;
-                if obs.iter().filter_map(Obs::fp).all(|f| f.fill != heaptag_format::Fill::Mixed) {
+                if obs
+                    .iter()
+                    .filter_map(Obs::fp)
+                    .all(|f| f.fill != heaptag_format::Fill::Mixed)
+                {
                     p.filled += 1;
                 } else {
                     p.contents += 1;

@@ -96,7 +96,10 @@ pub fn expand_inputs(args: &[PathBuf]) -> Result<Vec<PathBuf>, Error> {
                 .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "htlog"))
                 .collect();
             if files.is_empty() {
-                return Err(Error::Inputs(format!("{}: a directory without *.htlog files", a.display())));
+                return Err(Error::Inputs(format!(
+                    "{}: a directory without *.htlog files",
+                    a.display()
+                )));
             }
             files.sort();
             files.into_iter().for_each(|p| push(p, &mut out));
@@ -147,7 +150,9 @@ pub fn plan_runs(paths: &[PathBuf], several: bool) -> Result<Vec<RunPlan>, Error
         plan.files.sort_by_key(|f| f.segment.map(|s| s.1));
         for w in plan.files.windows(2) {
             let (a, b) = (&w[0], &w[1]);
-            let (Some((run, i)), Some((_, j))) = (a.segment, b.segment) else { continue };
+            let (Some((run, i)), Some((_, j))) = (a.segment, b.segment) else {
+                continue;
+            };
             if i == j {
                 return Err(Error::Inputs(format!(
                     "{} and {} are both segment {i} of run {run:016x}: give each segment once",
@@ -320,9 +325,9 @@ impl Model {
             .live
             .iter()
             .filter(|(addr, b)| {
-                blocks
-                    .get(addr)
-                    .is_none_or(|&(start, tag, stack, size)| (start, tag, stack, size) != (b.start, b.tag, b.stack, b.size))
+                blocks.get(addr).is_none_or(|&(start, tag, stack, size)| {
+                    (start, tag, stack, size) != (b.start, b.tag, b.stack, b.size)
+                })
             })
             .map(|(a, _)| *a)
             .collect();
@@ -350,9 +355,9 @@ impl Model {
             .samples
             .iter()
             .filter(|(addr, s)| {
-                samples
-                    .get(addr)
-                    .is_none_or(|&(tag, stack, size, weight)| (tag, stack, size, weight) != (s.tag, s.stack, s.size, s.weight))
+                samples.get(addr).is_none_or(|&(tag, stack, size, weight)| {
+                    (tag, stack, size, weight) != (s.tag, s.stack, s.size, s.weight)
+                })
             })
             .map(|(a, _)| *a)
             .collect();
@@ -363,7 +368,18 @@ impl Model {
         }
         for (addr, (tag, stack, size, weight)) in samples {
             if !self.samples.contains_key(&addr) {
-                self.add_sample(t, tag, stack, addr, Sample { tag, stack, size, weight });
+                self.add_sample(
+                    t,
+                    tag,
+                    stack,
+                    addr,
+                    Sample {
+                        tag,
+                        stack,
+                        size,
+                        weight,
+                    },
+                );
             }
         }
         // External bytes: each tag holds what was carried, 0 if not.
@@ -413,7 +429,18 @@ impl Model {
             } => {
                 let tag = self.tag_of(tag);
                 if !self.samples.contains_key(&addr) {
-                    self.add_sample(t, tag, stack, addr, Sample { tag, stack, size, weight });
+                    self.add_sample(
+                        t,
+                        tag,
+                        stack,
+                        addr,
+                        Sample {
+                            tag,
+                            stack,
+                            size,
+                            weight,
+                        },
+                    );
                 }
             }
             Record::CarriedExternal { tag, bytes, .. } => {

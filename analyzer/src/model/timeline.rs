@@ -84,10 +84,7 @@ impl Timeline {
                 self.merge_pairs();
             }
             self.open.clear();
-            self.buckets.push(Bucket {
-                t,
-                ..Bucket::default()
-            });
+            self.buckets.push(Bucket { t, ..Bucket::default() });
         }
         let Some(b) = self.buckets.last_mut() else { return };
         let first = b.samples == 0;

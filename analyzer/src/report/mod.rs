@@ -87,10 +87,12 @@ impl Source {
             .problems
             .iter()
             .enumerate()
-            .map(|(i, p)| match m.problem_sources.get(i).filter(|_| !m.segments.is_empty()) {
-                Some(f) => format!("{}: {p}", f.display()),
-                None => p.to_string(),
-            })
+            .map(
+                |(i, p)| match m.problem_sources.get(i).filter(|_| !m.segments.is_empty()) {
+                    Some(f) => format!("{}: {p}", f.display()),
+                    None => p.to_string(),
+                },
+            )
             .collect();
         problems.extend(m.damage.iter().cloned());
         if !m.ended {
