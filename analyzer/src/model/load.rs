@@ -101,6 +101,7 @@ impl Model {
             path: path.to_path_buf(),
             header: printable_header(header),
             want_intervals: opts.intervals,
+            intervals_kept: opts.intervals_kept.unwrap_or(super::INTERVALS_KEPT),
             hooks: super::Hooks {
                 groups: opts.groups.clone(),
                 timeline_key: opts.timeline_key.clone(),
@@ -126,6 +127,7 @@ impl Model {
         let mut m: Option<Model> = None;
         let mut unknown = 0u64;
         let mut prev_index: Option<u32> = None;
+        let mut prev_clean = false;
         for (n, path) in paths.iter().enumerate() {
             let mut r = LogReader::open(path).map_err(|source| Error::Read {
                 path: path.to_path_buf(),
@@ -133,7 +135,9 @@ impl Model {
             })?;
             let m = m.get_or_insert_with(|| Model::new_for(path, r.header().clone(), opts));
             let index = infos.get(n).and_then(|i| i.segment).map(|s| s.1);
-            m.seg.predecessor_read = matches!((prev_index, index), (Some(p), Some(i)) if i == p + 1);
+            // The state carried into this segment is known only when the
+            // one before it was read whole (no damage skipped in it).
+            m.seg.predecessor_read = prev_clean && matches!((prev_index, index), (Some(p), Some(i)) if i == p + 1);
             prev_index = index;
             if index.is_some() {
                 m.segments.push(path.clone());
@@ -162,6 +166,7 @@ impl Model {
                 m.problem_sources.push(path.clone());
             }
             m.ended = r.ended();
+            prev_clean = r.problems().is_empty();
             unknown += r.unknown_records();
             if stopped {
                 return Ok(std::mem::take(m));

@@ -357,7 +357,8 @@ pub struct Model {
     /// records): their allocations were charged as untagged. At most
     /// [`TAG_OVERFLOW_KEPT`] kept, the first ones seen.
     pub tags_without_id: Vec<TagKey>,
-    /// How many distinct tags got no id (all of them, kept or not).
+    /// How many distinct tags got no id (kept or not; past 64,000 distinct
+    /// ones, a tag named again in a later segment counts again).
     pub tags_without_id_count: u64,
     /// Stack definitions.
     pub stacks: MixMap<u32, Vec<u64>>,
@@ -459,6 +460,8 @@ pub struct Model {
     proc_index: MixMap<u32, usize>,
     /// Keep block lifetimes (only `heaptag dups` and `check` need them).
     want_intervals: bool,
+    /// Lifetimes held before pruning ([`LoadOptions::intervals_kept`]).
+    intervals_kept: usize,
     /// Log id -> tag number now, with the id lifetime's counters.
     ids: IdTable<IdSlot>,
     /// Tag value -> tag number.
@@ -520,6 +523,9 @@ pub struct LoadOptions {
     /// sample is wanted exactly (`check`'s `per = "group"`): one predicate
     /// each, results in [`Model::group_peaks`].
     pub groups: Vec<GroupFn>,
+    /// Lifetimes held before those that can be part of no duplicate are
+    /// left out (default [`INTERVALS_KEPT`]; a test lowers it).
+    pub intervals_kept: Option<usize>,
     /// Group the timeline by this key (`heaptag timeline --by`) instead of
     /// by tag number, so each bucket holds the maximum of each key's sum
     /// (exact), not of each tag.
@@ -547,6 +553,7 @@ impl std::fmt::Debug for LoadOptions {
         f.debug_struct("LoadOptions")
             .field("peak", &self.peak)
             .field("intervals", &self.intervals)
+            .field("intervals_kept", &self.intervals_kept)
             .field("groups", &self.groups.len())
             .field("timeline_key", &self.timeline_key.is_some())
             .finish()

@@ -157,7 +157,7 @@ impl Model {
             first_obs,
             n_obs: (self.observations.len() - before) as u32,
         });
-        if end.is_some() && self.intervals.len() >= self.prune.next.max(super::INTERVALS_KEPT) {
+        if end.is_some() && self.intervals.len() >= self.prune.next.max(self.intervals_kept) {
             self.prune_intervals();
         }
     }
@@ -250,7 +250,7 @@ impl Model {
         }
         // Next time when twice as many are held: amortized, however many
         // must be kept.
-        self.prune.next = self.intervals.len().saturating_mul(2).max(super::INTERVALS_KEPT);
+        self.prune.next = self.intervals.len().saturating_mul(2).max(self.intervals_kept);
     }
 
     pub(super) fn end_block(&mut self, b: Block, t: u64) {
@@ -298,10 +298,10 @@ impl Model {
         if rec.is_event() {
             self.events += 1;
         }
-        if self.seg.mode != super::segments::Mode::Off || matches!(rec, Record::Segment { .. }) {
-            if self.segment_record(&rec) {
-                return;
-            }
+        if (self.seg.mode != super::segments::Mode::Off || matches!(rec, Record::Segment { .. }))
+            && self.segment_record(&rec)
+        {
+            return;
         }
         match rec {
             Record::TagDef {

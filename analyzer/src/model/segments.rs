@@ -50,8 +50,16 @@ impl RunPlan {
 /// record (it is the first record of a segment; padding may precede it).
 const PEEK_RECORDS: usize = 16;
 
-/// Reads a log's first records: its `segment` record, if any.
+/// Reads a log's first records: its `segment` record, if any. Only a
+/// regular file is looked into: a FIFO or a device could not be read again
+/// for the replay, so it is a log of its own.
 pub fn peek(path: &Path) -> Result<SegmentInfo, Error> {
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        return Ok(SegmentInfo {
+            path: path.to_path_buf(),
+            segment: None,
+        });
+    }
     let mut r = LogReader::open(path).map_err(|source| Error::Read {
         path: path.to_path_buf(),
         source,
