@@ -237,7 +237,12 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
             // The policy first: a typo should not wait for a long log.
             let policy = policy::Policy::load(policy).map_err(check::CheckError::Policy)?;
             let baseline = baseline.as_deref().map(check::read_baseline).transpose()?;
-            let mut needs = with(false, true, policy.names_sites());
+            // Block lifetimes only for `max_copies` (duplicates).
+            let copies = policy
+                .rules
+                .iter()
+                .any(|r| r.limits.iter().any(|l| matches!(l, policy::Limit::MaxCopies(_))));
+            let mut needs = with(false, copies, policy.names_sites());
             needs.load.groups = check::groups(&policy);
             let models = load_all(logs, needs)?;
             let r = check::check(&policy, &models, baseline.as_ref(), write_baseline.is_some())?;

@@ -142,6 +142,7 @@ impl Model {
             if index.is_some() {
                 m.segments.push(path.clone());
             }
+            m.seg.first_seen = None;
             let mut progress = Progress::new(path, if stop_at.is_some() { "peak" } else { "replay" });
             let mut stopped = false;
             while let Some(rec) = r.next() {
@@ -161,6 +162,13 @@ impl Model {
             }
             progress.done();
             m.flush_carried();
+            // A file planned alone: its segment record, seen in the replay.
+            if let (None, Some((run, i))) = (index, m.seg.first_seen.take()) {
+                m.segments.push(path.clone());
+                if n == 0 && i > 0 {
+                    m.damage.push(super::segments::gap_line(run, 0, i - 1, None, path));
+                }
+            }
             for p in r.problems() {
                 m.problems.push(p.clone());
                 m.problem_sources.push(path.clone());

@@ -570,6 +570,12 @@ impl Model {
         })
     }
 
+    /// VmRSS at each timeline point (the highest of its samples): what
+    /// `rss_series` held before the timeline was downsampled.
+    pub fn rss_series(&self) -> Vec<u64> {
+        self.timeline.buckets.iter().map(|b| b.rss).collect()
+    }
+
     /// The tag number of a tag value, if the run has it.
     pub fn tag_number(&self, k: &TagKey) -> Option<u32> {
         self.tag_number.get(k).copied()

@@ -133,6 +133,17 @@ pub fn expand_inputs(args: &[PathBuf]) -> Result<Vec<PathBuf>, Error> {
 /// index are an error; so are several runs when `several` is false (a
 /// command that reads one run), naming the files of each.
 pub fn plan_runs(paths: &[PathBuf], several: bool) -> Result<Vec<RunPlan>, Error> {
+    // One file is one run: it is not opened twice (the replay notes its
+    // `segment` record, and a gap before it).
+    if let [one] = paths {
+        return Ok(vec![RunPlan {
+            files: vec![SegmentInfo {
+                path: one.clone(),
+                segment: None,
+            }],
+            gaps: Vec::new(),
+        }]);
+    }
     let mut plans: Vec<RunPlan> = Vec::new();
     let mut by_run: BTreeMap<u64, usize> = BTreeMap::new();
     for p in paths {
@@ -199,7 +210,7 @@ pub fn plan_runs(paths: &[PathBuf], several: bool) -> Result<Vec<RunPlan>, Error
     Ok(plans)
 }
 
-fn gap_line(run: u64, from: u32, to: u32, before: Option<&Path>, after: &Path) -> String {
+pub(super) fn gap_line(run: u64, from: u32, to: u32, before: Option<&Path>, after: &Path) -> String {
     let which = if from == to {
         format!("segment {from}")
     } else {
@@ -237,6 +248,8 @@ pub(crate) struct SegState {
     /// the run was read (its predecessor, no gap).
     pub(crate) predecessor_read: bool,
     pub(crate) mode: Mode,
+    /// The first `segment` record of the file being read.
+    pub(crate) first_seen: Option<(u64, u32)>,
     /// The segment's start time.
     t: u64,
     /// Carried records gathered in `Resync`.
@@ -251,7 +264,10 @@ impl Model {
     /// loader must see before replay); returns true when it was taken here.
     pub(super) fn segment_record(&mut self, rec: &Record) -> bool {
         match rec {
-            Record::Segment { time_ns, .. } => {
+            Record::Segment { time_ns, run, index } => {
+                if self.seg.first_seen.is_none() {
+                    self.seg.first_seen = Some((*run, *index));
+                }
                 self.flush_carried();
                 self.seg.t = *time_ns;
                 self.seg.mode = if self.seg.predecessor_read {
