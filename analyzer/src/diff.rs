@@ -408,9 +408,7 @@ pub fn diff(old: &Model, new: &Model, opts: &DiffOptions) -> Diff {
 pub fn diff_logs(old: &PathBuf, new: &PathBuf, opts: &DiffOptions) -> Result<(Diff, Vec<Model>), Error> {
     let mut models = Vec::new();
     for p in [old, new] {
-        let mut m = Model::load(p, false, true)?;
-        crate::symbolize::symbolize(&mut m);
-        models.push(m);
+        models.push(crate::export::load_one(p, true)?);
     }
     let d = diff(&models[0], &models[1], opts);
     Ok((d, models))

@@ -35,7 +35,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use heaptag_format::hash::MixMap;
@@ -255,8 +255,24 @@ pub fn stack_frames(m: &Model, stack: u32, options: &FoldOptions) -> Vec<String>
         .collect()
 }
 
-/// A tag definition's generation: the id and how many times it was
-/// defined before, so a reused id is another tag.
+/// How a segment's carried records are read, as the model reads them:
+/// skipped when the segment before was read whole (its state is known),
+/// else the live state they describe replaces what was known.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum SegMode {
+    /// Not among carried records.
+    #[default]
+    Off,
+    /// Carried records say what is already known.
+    Skip,
+    /// The first carried record drops the known live state.
+    Resync,
+    /// Carried records add to the live state.
+    Carrying,
+}
+
+/// A tag definition's generation: the id and its lifetime (a retired id
+/// defined again, or an id defined for another value, is another tag).
 pub(crate) type Gen = (u32, u32);
 
 /// A replay of a log's allocation records that keeps bytes per (tag
@@ -281,6 +297,16 @@ pub(crate) struct Replay {
     sampled_alloc: MixMap<(Gen, u32), u64>,
     /// Latest counters per tag (all sizes, exact).
     counters: MixMap<Gen, u64>,
+    /// Ids retired (`tag_retire`): their next definition starts another
+    /// lifetime even for the same value.
+    retired: std::collections::HashSet<u32>,
+    /// How carried records (a rotated log's segment start) are taken.
+    seg: SegMode,
+    /// The latest record time seen, ns.
+    pub(crate) now: u64,
+    /// Set by the caller before each file of a set: the file before was the
+    /// previous segment and was read whole, so its state is known.
+    pub(crate) predecessor_read: bool,
     /// With `track_tags`: live bytes per tag, and the tags whose live
     /// bytes changed since the caller last took the list.
     pub(crate) track_tags: bool,
@@ -325,34 +351,58 @@ impl Replay {
     }
 
     pub(crate) fn apply(&mut self, rec: Record) {
+        if let Some(t) = record_time(&rec) {
+            // Threads' records interleave a little: time never goes back.
+            self.now = self.now.max(t);
+        }
+        match &rec {
+            Record::Segment { .. } => {
+                self.seg = if self.predecessor_read {
+                    SegMode::Skip
+                } else {
+                    SegMode::Resync
+                };
+                return;
+            }
+            Record::Carried { .. } | Record::CarriedSample { .. } | Record::CarriedExternal { .. } => match self.seg {
+                SegMode::Skip => return,
+                SegMode::Resync => {
+                    self.drop_live_state();
+                    self.seg = SegMode::Carrying;
+                }
+                SegMode::Off | SegMode::Carrying => {}
+            },
+            Record::TagDef { .. } | Record::StackDef { .. } | Record::Symbol { .. } | Record::Pad { .. } => {}
+            _ => self.seg = SegMode::Off,
+        }
         match rec {
+            Record::TagRetire { id, .. } => {
+                self.retired.insert(id);
+            }
             Record::TagDef {
                 id,
                 job,
                 stage,
                 partition,
             } => {
-                // The first definition is generation 0; each later one of
-                // the same id (after a tag_retire) is another tag.
-                let g = match self.generation.get_mut(&id) {
-                    Some(g) => {
-                        *g += 1;
-                        *g
-                    }
-                    None => {
-                        self.generation.insert(id, 0);
-                        0
-                    }
+                let key = TagKey {
+                    job,
+                    stage: stage.map(printable),
+                    partition,
+                    undefined: None,
                 };
-                self.keys.insert(
-                    (id, g),
-                    TagKey {
-                        job,
-                        stage: stage.map(printable),
-                        partition,
-                        undefined: None,
-                    },
-                );
+                // The first definition is lifetime 0. The same id for the
+                // same value again (a segment repeats the definitions it
+                // uses) goes on; after a tag_retire, or for another value,
+                // it is another lifetime.
+                let retired = self.retired.remove(&id);
+                let g = match self.generation.get(&id).copied() {
+                    Some(g) if !retired && self.keys.get(&(id, g)) == Some(&key) => return,
+                    Some(g) => g + 1,
+                    None => 0,
+                };
+                self.generation.insert(id, g);
+                self.keys.insert((id, g), key);
             }
             Record::Alloc {
                 tag, stack, addr, size, ..
@@ -451,6 +501,17 @@ impl Replay {
         }
     }
 
+    /// Forgets every live block and sample (a segment whose predecessor
+    /// was not read whole: its carried records are the live state).
+    fn drop_live_state(&mut self) {
+        let blocks: Vec<(Gen, u32, u64)> = self.live.drain().map(|(_, b)| b).collect();
+        let samples: Vec<(Gen, u32, u64)> = self.samples.drain().map(|(_, b)| b).collect();
+        self.moving.clear();
+        for (g, s, v) in blocks.into_iter().chain(samples) {
+            self.sub_live((g, s), v);
+        }
+    }
+
     /// The tag of a generation: untagged for id 0, undefined for an id
     /// never defined.
     pub(crate) fn key(&self, g: Gen) -> TagKey {
@@ -524,22 +585,91 @@ fn split_exact(total: u64, parts: &[(u32, u64)]) -> Vec<(u32, u64)> {
     shares.into_iter().map(|(s, v, _)| (s, v)).collect()
 }
 
-/// Bytes per (tag, stack) of the log `m` was loaded from, weighed as
-/// `weight` says (the log is read again; memory bounded by what is alive
-/// and by the (tag, stack) pairs). heaptag's own writer tag is left out,
-/// as in every report.
+/// The files of the run `m` was loaded from, in order: its segments, or
+/// its one log.
+pub fn run_files(m: &Model) -> Vec<PathBuf> {
+    if m.segments.is_empty() {
+        vec![m.path.clone()]
+    } else {
+        m.segments.clone()
+    }
+}
+
+/// Reads every record of `files` (one run) into `replay` in order, with
+/// progress: `before` sees each record before it is applied and says
+/// whether to go on, `after` sees the replay after each record applied.
+/// Tells the replay, before each file, whether the one before was read
+/// whole (then a segment's carried records are known already).
+pub(crate) fn replay_files(
+    files: &[PathBuf],
+    pass: &str,
+    replay: &mut Replay,
+    mut before: impl FnMut(&Record, &Replay) -> Flow,
+    mut after: impl FnMut(&mut Replay),
+) -> Result<(), Error> {
+    let mut prev_clean = false;
+    for path in files {
+        let mut r = LogReader::open(path).map_err(|source| Error::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        replay.predecessor_read = prev_clean;
+        let mut progress = Progress::new(path, pass);
+        let mut records = 0u64;
+        let mut stop = false;
+        while let Some(rec) = r.next() {
+            records += 1;
+            if records % RECORDS_PER_TICK == 0 {
+                progress.tick(r.offset());
+            }
+            let flow = before(&rec, replay);
+            if flow == Flow::Before {
+                stop = true;
+                break;
+            }
+            replay.apply(rec);
+            after(replay);
+            if flow == Flow::After {
+                stop = true;
+                break;
+            }
+        }
+        progress.done();
+        prev_clean = r.problems().is_empty() && r.ended();
+        if stop {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// What a pass over a run does with a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flow {
+    /// Apply it and go on.
+    Go,
+    /// Stop before it.
+    Before,
+    /// Apply it, then stop.
+    After,
+}
+
+/// Bytes per (tag, stack) of the run `m` was loaded from (its log, or its
+/// segments in order), weighed as `weight` says (the log is read again;
+/// memory bounded by what is alive and by the (tag, stack) pairs).
+/// heaptag's own writer tag is left out, as in every report.
 pub fn stack_weights(m: &Model, weight: Weight) -> Result<StackWeights, Error> {
-    stack_weights_of(&m.path, m.attributed_peak.1, weight)
+    stack_weights_files(&run_files(m), m.attributed_peak.1, weight)
 }
 
 /// As [`stack_weights`], for the log at `path`; `peak_record` is the
 /// number (from 1) of the record that reached the attributed peak
 /// ([`Model::attributed_peak`]'s second figure; 0: nothing was allocated).
 pub fn stack_weights_of(path: &Path, peak_record: u64, weight: Weight) -> Result<StackWeights, Error> {
-    let mut r = LogReader::open(path).map_err(|source| Error::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    stack_weights_files(&[path.to_path_buf()], peak_record, weight)
+}
+
+fn stack_weights_files(files: &[PathBuf], peak_record: u64, weight: Weight) -> Result<StackWeights, Error> {
     let mut replay = Replay::default();
     let mut records = 0u64;
     let mut last_t = 0u64;
@@ -547,29 +677,31 @@ pub fn stack_weights_of(path: &Path, peak_record: u64, weight: Weight) -> Result
         Weight::Live(LiveAt::Peak) => Some(peak_record),
         _ => None,
     };
-    let mut progress = Progress::new(path, "stacks");
     if stop_at != Some(0) {
-        while let Some(rec) = r.next() {
-            records += 1;
-            if records % RECORDS_PER_TICK == 0 {
-                progress.tick(r.offset());
-            }
-            let t = record_time(&rec);
-            if let (Weight::Live(LiveAt::Time(at)), Some(t)) = (weight, t) {
-                if t > at {
-                    break;
+        replay_files(
+            files,
+            "stacks",
+            &mut replay,
+            |rec, _| {
+                records += 1;
+                let t = record_time(rec);
+                if let (Weight::Live(LiveAt::Time(at)), Some(t)) = (weight, t) {
+                    if t > at {
+                        return Flow::Before;
+                    }
                 }
-            }
-            if let Some(t) = t {
-                last_t = last_t.max(t);
-            }
-            replay.apply(rec);
-            if stop_at == Some(records) {
-                break;
-            }
-        }
+                if let Some(t) = t {
+                    last_t = last_t.max(t);
+                }
+                if stop_at == Some(records) {
+                    Flow::After
+                } else {
+                    Flow::Go
+                }
+            },
+            |_| {},
+        )?;
     }
-    progress.done();
     let mut by: BTreeMap<(TagKey, Option<u32>, bool), u64> = BTreeMap::new();
     let mut put = |k: (TagKey, Option<u32>, bool), v: u64| {
         if v > 0 && !k.0.is_heaptag_own() {

@@ -10,10 +10,10 @@
 pub mod perfetto;
 
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::folded::{self, FoldOptions, LiveAt, Weight};
-use crate::model::Model;
+use crate::model::{LoadOptions, Model};
 use crate::report::By;
 use crate::{symbolize, Error};
 
@@ -39,7 +39,7 @@ pub enum ExportCmd {
     ///          heaptag export folded --weight allocated -o alloc.folded run.htlog
     #[command(verbatim_doc_comment)]
     Folded {
-        /// heaptag log file.
+        /// heaptag log (or the segments of one run: a directory, a glob).
         log: PathBuf,
         /// Weigh by bytes alive at a moment, or allocated over the run.
         #[arg(long, value_enum, default_value = "live")]
@@ -68,7 +68,7 @@ pub enum ExportCmd {
     /// Example: heaptag export perfetto -o run.json run.htlog   (open run.json in ui.perfetto.dev)
     #[command(verbatim_doc_comment)]
     Perfetto {
-        /// heaptag log file.
+        /// heaptag log (or the segments of one run: a directory, a glob).
         log: PathBuf,
         /// One counter track per stage, partition, job or tag.
         #[arg(long, value_enum, default_value = "stage")]
@@ -90,6 +90,14 @@ pub enum ExportError {
     /// The options contradict each other.
     #[error("{0}")]
     Usage(String),
+    /// The input names no run or several (this command reads one).
+    #[error("{}: names {runs} runs (logs of different processes); give one log, or the segments of one run", path.display())]
+    NotOneRun {
+        /// The input.
+        path: PathBuf,
+        /// How many runs it names.
+        runs: usize,
+    },
     /// The output file could not be written.
     #[error("{}: cannot write the export", path.display())]
     Write {
@@ -99,6 +107,27 @@ pub enum ExportError {
         #[source]
         source: io::Error,
     },
+}
+
+/// Loads the one run `input` names (a log, or a rotated log's segments: a
+/// directory or a glob pattern, as every command reads them), symbolized;
+/// with `intervals`, with the block lifetimes duplicate detection needs.
+pub fn load_one(input: &Path, intervals: bool) -> Result<Model, Error> {
+    let opts = LoadOptions {
+        intervals,
+        ..LoadOptions::default()
+    };
+    let mut models = Model::load_set(&[input.to_path_buf()], &opts)?;
+    if models.len() != 1 {
+        return Err(ExportError::NotOneRun {
+            path: input.to_path_buf(),
+            runs: models.len(),
+        }
+        .into());
+    }
+    let mut m = models.remove(0);
+    symbolize::symbolize(&mut m);
+    Ok(m)
 }
 
 /// Writes `body` to `output`, or to `out` when no file is given; with a
@@ -148,8 +177,7 @@ pub fn run(cmd: &ExportCmd, out: &mut dyn Write) -> Result<Model, Error> {
                     .into())
                 }
             };
-            let mut m = Model::load(log, false, false)?;
-            symbolize::symbolize(&mut m);
+            let m = load_one(log, false)?;
             let options = FoldOptions {
                 lines: !no_lines,
                 allocator_frames: *allocator_frames,
@@ -160,9 +188,7 @@ pub fn run(cmd: &ExportCmd, out: &mut dyn Write) -> Result<Model, Error> {
             Ok(m)
         }
         ExportCmd::Perfetto { log, by, output } => {
-            let m = Model::load(log, false, true)?;
-            let mut m = m;
-            symbolize::symbolize(&mut m);
+            let m = load_one(log, true)?;
             let trace = perfetto::trace(&m, *by)?;
             let what = format!("a Perfetto trace of {} events", trace.trace_events.len());
             emit(output, out, &what, &|w| perfetto::write(&trace, w))?;

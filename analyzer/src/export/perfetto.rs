@@ -35,16 +35,15 @@
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
-use heaptag_format::{LogReader, Record};
+use heaptag_format::Record;
 use serde::Serialize;
 use serde_json::{json, Value};
 
 use heaptag_format::hash::MixMap;
 
 use crate::dups;
-use crate::folded::{record_time, Gen, Replay};
+use crate::folded::{record_time, replay_files, run_files, Flow, Gen, Replay};
 use crate::model::Model;
-use crate::progress::{Progress, RECORDS_PER_TICK};
 use crate::report::{key_of, By};
 use crate::units::bytes;
 use crate::Error;
@@ -197,71 +196,65 @@ struct Series {
 }
 
 fn series(m: &Model, by: By) -> Result<Series, Error> {
-    let mut r = LogReader::open(&m.path).map_err(|source| Error::Read {
-        path: m.path.clone(),
-        source,
-    })?;
-    let mut out = Series {
-        keys: BTreeMap::new(),
-        rss: Vec::new(),
-        procs: BTreeMap::new(),
-    };
+    let mut rss: Vec<(u64, u64, u64)> = Vec::new();
+    let mut procs: BTreeMap<u32, Vec<(u64, u64, u64)>> = BTreeMap::new();
     let mut replay = Replay::default();
     replay.track_tags = true;
-    // Per tag generation: its key (None: heaptag's own) and the bytes it
-    // adds to the key now.
+    // Per tag generation: its key's index (None: heaptag's own) and the
+    // bytes it adds to the key now; per key: its sum now and its series.
     let mut tags: MixMap<Gen, (Option<usize>, u64)> = MixMap::default();
     let mut index: BTreeMap<String, usize> = BTreeMap::new();
     let mut keys: Vec<(u64, Coalesced)> = Vec::new();
-    let mut now = 0u64;
     let window = window_ns(m.end_ns);
-    let mut progress = Progress::new(&m.path, "trace");
-    let mut records = 0u64;
-    while let Some(rec) = r.next() {
-        records += 1;
-        if records % RECORDS_PER_TICK == 0 {
-            progress.tick(r.offset());
-        }
-        if let Some(t) = record_time(&rec) {
-            // Threads' records interleave a little: time never goes back.
-            now = now.max(t);
-        }
-        match &rec {
-            Record::Rss { vm_rss, vm_hwm, .. } => out.rss.push((now, *vm_rss, *vm_hwm)),
-            Record::ProcRss {
-                pid, vm_rss, vm_hwm, ..
-            } => out.procs.entry(*pid).or_default().push((now, *vm_rss, *vm_hwm)),
-            _ => {}
-        }
-        replay.apply(rec);
-        for g in std::mem::take(&mut replay.changed) {
-            let live = replay.tag_live.get(&g).copied().unwrap_or(0);
-            let (key, held) = tags.entry(g).or_insert_with(|| {
-                let k = replay.key(g);
-                let key = (!k.is_heaptag_own()).then(|| {
-                    let next = index.len();
-                    *index.entry(key_of(&k, by)).or_insert(next)
-                });
-                if let Some(i) = key {
-                    if i >= keys.len() {
-                        keys.resize_with(i + 1, || (0, Coalesced::new(window)));
+    replay_files(
+        &run_files(m),
+        "trace",
+        &mut replay,
+        |rec, replay| {
+            let now = record_time(rec).map_or(replay.now, |t| t.max(replay.now));
+            match rec {
+                Record::Rss { vm_rss, vm_hwm, .. } => rss.push((now, *vm_rss, *vm_hwm)),
+                Record::ProcRss {
+                    pid, vm_rss, vm_hwm, ..
+                } => procs.entry(*pid).or_default().push((now, *vm_rss, *vm_hwm)),
+                _ => {}
+            }
+            Flow::Go
+        },
+        |replay| {
+            for g in std::mem::take(&mut replay.changed) {
+                let live = replay.tag_live.get(&g).copied().unwrap_or(0);
+                let (key, held) = tags.entry(g).or_insert_with(|| {
+                    let k = replay.key(g);
+                    let key = (!k.is_heaptag_own()).then(|| {
+                        let next = index.len();
+                        *index.entry(key_of(&k, by)).or_insert(next)
+                    });
+                    if let Some(i) = key {
+                        if i >= keys.len() {
+                            keys.resize_with(i + 1, || (0, Coalesced::new(window)));
+                        }
                     }
-                }
-                (key, 0)
-            });
-            let Some(i) = *key else { continue };
-            let (sum, series) = &mut keys[i];
-            *sum = sum.saturating_sub(*held).saturating_add(live);
-            *held = live;
-            series.push(now, *sum);
-        }
-    }
+                    (key, 0)
+                });
+                let Some(i) = *key else { continue };
+                let (sum, series) = &mut keys[i];
+                *sum = sum.saturating_sub(*held).saturating_add(live);
+                *held = live;
+                series.push(replay.now, *sum);
+            }
+        },
+    )?;
+    let mut out = Series {
+        keys: BTreeMap::new(),
+        rss,
+        procs,
+    };
     let mut slots: Vec<Option<Coalesced>> = keys.into_iter().map(|k| Some(k.1)).collect();
     out.keys = index
         .into_iter()
         .filter_map(|(k, i)| slots[i].take().map(|c| (k, c)))
         .collect();
-    progress.done();
     for c in out.keys.values_mut() {
         c.flush();
     }

@@ -20,13 +20,11 @@ use std::io::{self, Write};
 use std::str::FromStr;
 
 use heaptag_format::hash::MixMap;
-use heaptag_format::LogReader;
 use serde::Serialize;
 
 use super::{key_of, At, By, Report, TagRow};
-use crate::folded::{record_time, Gen, Replay};
+use crate::folded::{replay_files, run_files, Flow, Gen, Replay};
 use crate::model::{Model, TagKey};
-use crate::progress::{Progress, RECORDS_PER_TICK};
 use crate::render::table::Table;
 use crate::render::Format;
 use crate::units::{bytes, seconds, secs};
@@ -218,10 +216,6 @@ fn sort_rows<T>(rows: &mut [T], sort: SortBy, f: impl Fn(&T) -> (u64, u64, u64))
 /// Each group's exact peak: the log replayed, live bytes summed per group
 /// of the kept tags at every change.
 fn group_peaks(m: &Model, view: &ReportView) -> Result<BTreeMap<String, (u64, u64)>, Error> {
-    let mut r = LogReader::open(&m.path).map_err(|source| Error::Read {
-        path: m.path.clone(),
-        source,
-    })?;
     let mut replay = Replay::default();
     replay.track_tags = true;
     // Per tag generation: its group's index (None: left out) and the bytes
@@ -229,45 +223,39 @@ fn group_peaks(m: &Model, view: &ReportView) -> Result<BTreeMap<String, (u64, u6
     let mut tags: MixMap<Gen, (Option<usize>, u64)> = MixMap::default();
     let mut index: BTreeMap<String, usize> = BTreeMap::new();
     let mut sums: Vec<(u64, u64, u64)> = Vec::new();
-    let mut now = 0u64;
-    let mut progress = Progress::new(&m.path, "groups");
-    let mut records = 0u64;
-    while let Some(rec) = r.next() {
-        records += 1;
-        if records % RECORDS_PER_TICK == 0 {
-            progress.tick(r.offset());
-        }
-        if let Some(t) = record_time(&rec) {
-            now = now.max(t);
-        }
-        replay.apply(rec);
-        for g in std::mem::take(&mut replay.changed) {
-            let live = replay.tag_live.get(&g).copied().unwrap_or(0);
-            let (group, held) = tags.entry(g).or_insert_with(|| {
-                let k = replay.key(g);
-                let group = (!k.is_heaptag_own() && view.keeps(&k)).then(|| {
-                    let next = index.len();
-                    *index.entry(key_of(&k, view.by)).or_insert(next)
-                });
-                if let Some(i) = group {
-                    if i >= sums.len() {
-                        sums.resize(i + 1, (0, 0, 0));
+    replay_files(
+        &run_files(m),
+        "groups",
+        &mut replay,
+        |_, _| Flow::Go,
+        |replay| {
+            for g in std::mem::take(&mut replay.changed) {
+                let live = replay.tag_live.get(&g).copied().unwrap_or(0);
+                let (group, held) = tags.entry(g).or_insert_with(|| {
+                    let k = replay.key(g);
+                    let group = (!k.is_heaptag_own() && view.keeps(&k)).then(|| {
+                        let next = index.len();
+                        *index.entry(key_of(&k, view.by)).or_insert(next)
+                    });
+                    if let Some(i) = group {
+                        if i >= sums.len() {
+                            sums.resize(i + 1, (0, 0, 0));
+                        }
                     }
+                    (group, 0)
+                });
+                let Some(i) = *group else { continue };
+                let (sum, peak, peak_t) = &mut sums[i];
+                *sum = sum.saturating_sub(*held).saturating_add(live);
+                *held = live;
+                if *sum > *peak {
+                    *peak = *sum;
+                    *peak_t = replay.now;
                 }
-                (group, 0)
-            });
-            let Some(i) = *group else { continue };
-            let (sum, peak, peak_t) = &mut sums[i];
-            *sum = sum.saturating_sub(*held).saturating_add(live);
-            *held = live;
-            if *sum > *peak {
-                *peak = *sum;
-                *peak_t = now;
             }
-        }
-    }
+        },
+    )?;
     let peaks: BTreeMap<String, (u64, u64)> = index.into_iter().map(|(k, i)| (k, (sums[i].1, sums[i].2))).collect();
-    progress.done();
     Ok(peaks)
 }
 
