@@ -92,7 +92,7 @@ pub use health::Health;
 pub use heaptag_format::Fill;
 pub use held::ExternalStats;
 pub use jemalloc::{flush_thread_cache, jemalloc_stats, purge, JemallocError, JemallocStats};
-pub use log::{finish, mark, LogConfig, LogError, LogSummary};
+pub use log::{finish, log_path, mark, LogConfig, LogError, LogSummary};
 pub use snapshot::{snapshot, tracked_blocks, Block, SmallStats, Snapshot, TagStats, Totals, TrackedStats};
 pub use tag::{current, job, partition, shared, stage, static_name, Tag, TagGuard, TagId, MAX_TAGS};
 pub use thread::MAX_THREAD_SLOTS;
