@@ -191,7 +191,8 @@ pub(super) fn finish() -> Option<LogSummary> {
         .map_or_else(String::new, |f| format!("{}: ", f.path.display()));
     eprintln!(
         "heaptag: {shown}the log was not finished within {timeout:?} (is a write to it stuck?): \
-         {lost} events not written, and no end record"
+         {lost} queued events not written ({} dropped in all), and no end record",
+        super::dropped()
     );
     let mut recorded = false;
     if let Some(f) = &file {

@@ -2,6 +2,10 @@
 //! the file reaches a size, or has been written for a time, the writer closes
 //! it with an end record and goes on in the next one.
 //!
+//! A size limit counts the bytes a segment holds after its opening (below),
+//! so a segment file is the limit plus its opening, plus at most one cycle's
+//! frames.
+//!
 //! Naming: segment 0 is the path given (`HEAPTAG_LOG`, `%p` expanded);
 //! segment N >= 1 puts N, at least four digits, before the extension:
 //! `prover-4242.htlog`, `prover-4242.0001.htlog`, `prover-4242.0002.htlog`
@@ -225,6 +229,10 @@ pub(crate) struct Segments {
     pub(crate) index: u32,
     /// When it began, ns since the start.
     pub(crate) began_ns: u64,
+    /// Bytes of its header and opening (definitions, carried blocks): not
+    /// counted against the size limit, so a live set larger than the limit
+    /// cannot make every cycle start a new segment.
+    pub(crate) opening_bytes: u64,
     /// Segment 0's path.
     pub(crate) base: PathBuf,
     pub(crate) overwrite: bool,
@@ -241,6 +249,7 @@ impl Segments {
             run,
             index: 0,
             began_ns: now_ns,
+            opening_bytes: 0,
             base,
             overwrite,
             retry_at: 0,
@@ -251,7 +260,10 @@ impl Segments {
     /// Whether the segment of `bytes` bytes should be closed at `now_ns`.
     pub(crate) fn due(&self, bytes: u64, now_ns: u64) -> bool {
         match self.rotate {
-            Rotate::Bytes(max) => bytes >= max && bytes >= self.retry_at,
+            Rotate::Bytes(max) => {
+                let own = bytes.saturating_sub(self.opening_bytes);
+                own >= max && own >= self.retry_at
+            }
             Rotate::Age(max) => {
                 let age = now_ns.saturating_sub(self.began_ns);
                 age >= max && age >= self.retry_at
@@ -263,7 +275,7 @@ impl Segments {
     /// segment's worth.
     pub(crate) fn failed(&mut self, bytes: u64, now_ns: u64) {
         self.retry_at = match self.rotate {
-            Rotate::Bytes(max) => bytes.saturating_add(max),
+            Rotate::Bytes(max) => bytes.saturating_sub(self.opening_bytes).saturating_add(max),
             Rotate::Age(max) => now_ns.saturating_sub(self.began_ns).saturating_add(max),
         };
     }

@@ -272,7 +272,8 @@ impl Writer {
                 return Err(LogError::Io(w.path, e));
             }
         }
-        if let Some(seg) = &w.seg {
+        if let Some(seg) = &mut w.seg {
+            seg.opening_bytes = w.bytes;
             let (run, time_ns) = (seg.run, now_mono);
             w.enc.push(RecordRef::Segment { time_ns, run, index: 0 });
         }
@@ -676,6 +677,10 @@ impl Writer {
         // Counters early in the segment, for a reader of it alone.
         SAMPLE_NOW.store(true, Ordering::Relaxed);
         self.flush();
+        let opening = self.bytes;
+        if let Some(seg) = &mut self.seg {
+            seg.opening_bytes = opening;
+        }
     }
 
     /// The carried records of what `live` holds.
