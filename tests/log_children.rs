@@ -90,7 +90,7 @@ fn an_execd_child_does_not_inherit_the_log_unless_asked() {
         &[("HEAPTAG_LOG", fixed.to_str().unwrap()), ("HEAPTAG_LOG_OVERWRITE", "1")],
     );
     assert!(c.starts_with("child env=false logging=false"), "{c}");
-    assert_eq!(logs, [fixed.clone()]);
+    assert_eq!(logs, std::slice::from_ref(&fixed));
     let (_, r) = common::read_all(&fixed);
     assert!(r.ended() && r.problems().is_empty(), "{:?}", r.problems());
     assert_eq!(r.header().pid, pid(&p), "the parent's log");

@@ -50,7 +50,7 @@
 //! start     start-up, in order; fork handlers              log held tag table thread config clock internal
 //! external  the annotation API (external_alloc)            log held tag clock
 //! testing   memory assertions for cargo test               log snapshot table tag internal
-//! log/      ring, writer thread, stacks, fingerprints      snapshot tag table jemalloc config clock internal health
+//! log/      ring, writer, finish, segments, stacks, fps    snapshot tag table jemalloc config clock internal health
 //! snapshot  in-process queries: sums of the counters       held tag table thread config clock internal health
 //! held      external memory held, by tag and kind          tag internal
 //! tag       tags, guards, the tag table                    thread sampling internal health

@@ -106,7 +106,7 @@ pub(super) fn publish_file(first: PathBuf, path: PathBuf, fd: libc::c_int, reser
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `fd` is the writer's open descriptor; `st` a valid buffer.
     let ok = unsafe { libc::fstat(fd, &mut st) } == 0;
-    let info = ok.then(|| FileInfo {
+    let info = ok.then_some(FileInfo {
         first,
         path,
         dev: st.st_dev,

@@ -338,7 +338,8 @@ impl LogConfig {
     }
 
     /// The configuration from `HEAPTAG_LOG` and friends; `None` when
-    /// `HEAPTAG_LOG` is unset or empty.
+    /// `HEAPTAG_LOG` is unset or empty (start-up removes it from the
+    /// environment once read, unless `HEAPTAG_LOG_INHERIT=1`).
     pub fn from_env() -> Option<Result<LogConfig, LogError>> {
         let path = env("HEAPTAG_LOG").filter(|p| !p.is_empty())?;
         Some((|| {
