@@ -336,7 +336,6 @@ fn a_rotated_log_reads_segment_by_segment_and_as_a_whole() {
         end_prev = Some(end_last.clone());
     }
     assert!(carried_blocks > 0, "later segments carry live blocks");
-    eprintln!("{} segments, {carried_blocks} carried blocks", segs.len());
 
     // All segments' events in order, carried records ignored.
     let mut whole = State::default();
@@ -387,5 +386,46 @@ fn a_rotated_log_reads_segment_by_segment_and_as_a_whole() {
         }
     }
     assert_eq!(end_last, logged, "the replay = the last counters record");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn heaptag_log_max_from_the_environment_rotates_by_size() {
+    const NAME: &str = "heaptag_log_max_from_the_environment_rotates_by_size";
+    if common::in_child() {
+        for i in 0..3000usize {
+            drop(black_box(vec![i as u8; 70_000]));
+        }
+        return;
+    }
+    let dir = common::temp_log("segments-env").with_extension("d");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = dir.join("env.htlog");
+    let out = common::child(
+        NAME,
+        &[
+            ("HEAPTAG_LOG", base.to_str().unwrap()),
+            ("HEAPTAG_LOG_MAX", "16K"),
+            ("HEAPTAG_INTERVAL", "5ms"),
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(files.len() >= 2, "{files:?}");
+    let mut segs: Vec<Seg> = files.iter().map(|p| read_segment(p)).collect();
+    segs.sort_by_key(|s| s.index);
+    for (i, s) in segs.iter().enumerate() {
+        assert_eq!((s.index as usize, s.run), (i, segs[0].run));
+        let name = s.path.file_name().unwrap().to_str().unwrap().to_owned();
+        let want = if i == 0 {
+            "env.htlog".to_owned()
+        } else {
+            format!("env.{i:04}.htlog")
+        };
+        assert_eq!(name, want);
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
