@@ -36,7 +36,8 @@ fn log_fd(path: &std::path::Path) -> Option<i32> {
 }
 
 /// The child: logging since before `main` (HEAPTAG_LOG); stalls the writer,
-/// makes sure it is stuck (the event ring overflows), and exits normally.
+/// makes sure it is stuck (the event ring overflows), and exits normally
+/// (with `STOP=1`, after calling `finish()` itself and trying a new log).
 fn child() {
     let log = heaptag::log_path().expect("HEAPTAG_LOG started a log");
     assert!(std::env::var_os("HEAPTAG_LOG").is_none(), "removed once read");
@@ -65,29 +66,38 @@ fn child() {
     }
     let h = heaptag::snapshot().health;
     println!("SIDE_DROPPED {}", h.side_dropped);
+    if std::env::var_os("STOP").is_some() {
+        // Stopping the log at run time: bounded the same way.
+        let s = heaptag::finish().expect("a log was being written");
+        println!("ENDED {} DROPPED {}", s.ended, s.dropped);
+        // The stuck writer still owns the old log: no new one yet.
+        let next = log.with_extension("next.htlog");
+        match heaptag::LogConfig::new(&next).start() {
+            Err(heaptag::LogError::Finishing) => println!("RESTART REFUSED"),
+            other => println!("RESTART {other:?}"),
+        }
+        assert!(heaptag::finish().is_none(), "nothing more to finish");
+    }
     // Returning from main runs finish() at exit.
 }
 
-#[test]
-fn exit_with_a_stuck_log_write_returns_and_says_what_was_lost() {
-    if common::in_child() {
-        child();
-        return;
-    }
-    let log = common::temp_log("stuck");
-    let mut c = common::child(
-        "exit_with_a_stuck_log_write_returns_and_says_what_was_lost",
-        &[
-            ("HEAPTAG_LOG", log.to_str().unwrap()),
-            ("HEAPTAG_FINISH_TIMEOUT", "1s"),
-            ("HEAPTAG_INTERVAL", "5ms"),
-            ("HEAPTAG_BUFFER", "4096"),
-        ],
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+/// Runs `test` as a stalling child with `extra` environment and checks what
+/// every stalled finish must give: a child that exited by itself, the notice
+/// on stderr, the count of lost events in the log. Returns the child's stdout.
+fn stalled_child(test: &str, name: &str, extra: &[(&str, &str)]) -> String {
+    let log = common::temp_log(name);
+    let mut env = vec![
+        ("HEAPTAG_LOG", log.to_str().unwrap()),
+        ("HEAPTAG_FINISH_TIMEOUT", "1s"),
+        ("HEAPTAG_INTERVAL", "5ms"),
+        ("HEAPTAG_BUFFER", "4096"),
+    ];
+    env.extend_from_slice(extra);
+    let mut c = common::child(test, &env)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     // A hang detector, not a timing assertion: a generous number of polls
     // (the child needs about its 1 s deadline); a child still running after
     // them is hung at exit.
@@ -135,4 +145,39 @@ fn exit_with_a_stuck_log_write_returns_and_says_what_was_lost() {
         .unwrap_or(0);
     assert!(lost > 0, "the log says events were lost");
     assert!(lost >= side, "the count includes the dropped marks: {lost} < {side}");
+    out
+}
+
+#[test]
+fn exit_with_a_stuck_log_write_returns_and_says_what_was_lost() {
+    if common::in_child() {
+        child();
+        return;
+    }
+    stalled_child(
+        "exit_with_a_stuck_log_write_returns_and_says_what_was_lost",
+        "stuck",
+        &[],
+    );
+}
+
+#[test]
+fn stopping_a_stuck_log_at_run_time_returns_too() {
+    if common::in_child() {
+        child();
+        return;
+    }
+    let out = stalled_child(
+        "stopping_a_stuck_log_at_run_time_returns_too",
+        "stuck-stop",
+        &[("STOP", "1")],
+    );
+    let dropped: u64 = out
+        .split("ENDED false DROPPED ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("finish() said the log ended, or nothing: {out}"));
+    assert!(dropped > 0, "{out}");
+    assert!(out.contains("RESTART REFUSED"), "{out}");
 }

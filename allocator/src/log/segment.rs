@@ -313,6 +313,23 @@ mod tests {
     }
 
     #[test]
+    fn a_segment_is_due_by_its_own_bytes_or_its_age_and_retried_later() {
+        let mut s = Segments::new(Rotate::Bytes(1000), 1, PathBuf::from("x.htlog"), false, 0);
+        s.opening_bytes = 300;
+        assert!(!s.due(1299, 0), "the opening does not count");
+        assert!(s.due(1300, 0));
+        s.failed(1300, 0);
+        assert!(!s.due(1500, 0), "after a failed rotation: one more segment's worth");
+        assert!(s.due(2300, 0));
+        let mut s = Segments::new(Rotate::Age(50), 1, PathBuf::from("x.htlog"), false, 100);
+        assert!(!s.due(1 << 30, 149), "size does not matter by age");
+        assert!(s.due(0, 150));
+        s.failed(0, 150);
+        assert!(!s.due(0, 199));
+        assert!(s.due(0, 250));
+    }
+
+    #[test]
     fn the_account_follows_frees_and_moves() {
         let mut l = Live::default();
         let alloc = |addr, size| Event::Alloc {
