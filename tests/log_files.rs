@@ -108,6 +108,7 @@ fn env_started_log_expands_pid_and_bad_values_are_reported() {
             "expected a duration such as 100ms or 1s",
         ),
         ("HEAPTAG_FSYNC", "always", "expected 0 or 1"),
+        ("HEAPTAG_LOG_KEEP", "0", "expected a number of segments, at least 1"),
     ] {
         let out = common::child(
             "env_started_log_expands_pid_and_bad_values_are_reported",

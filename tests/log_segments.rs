@@ -429,3 +429,38 @@ fn heaptag_log_max_from_the_environment_rotates_by_size() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn heaptag_log_keep_leaves_the_last_segments_only() {
+    const NAME: &str = "heaptag_log_keep_leaves_the_last_segments_only";
+    if common::in_child() {
+        for i in 0..6000usize {
+            drop(black_box(vec![i as u8; 70_000]));
+        }
+        return;
+    }
+    let dir = common::temp_log("segments-keep").with_extension("d");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = dir.join("keep.htlog");
+    let out = common::child(
+        NAME,
+        &[
+            ("HEAPTAG_LOG", base.to_str().unwrap()),
+            ("HEAPTAG_LOG_MAX", "16K"),
+            ("HEAPTAG_LOG_KEEP", "2"),
+            ("HEAPTAG_INTERVAL", "5ms"),
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 2, "the last two segments are kept: {files:?}");
+    let mut segs: Vec<Seg> = files.iter().map(|p| read_segment(p)).collect();
+    segs.sort_by_key(|s| s.index);
+    assert!(segs[0].index >= 1, "older segments were deleted");
+    assert_eq!(segs[1].index, segs[0].index + 1);
+    assert_eq!(segs[0].run, segs[1].run);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -286,6 +286,7 @@ impl std::error::Error for LogError {}
 /// | `HEAPTAG_FINISH_TIMEOUT` | [`finish_timeout`](LogConfig::finish_timeout) (`3s`) | `3s` |
 /// | `HEAPTAG_FSYNC` | [`fsync`](LogConfig::fsync) | `0` |
 /// | `HEAPTAG_LOG_MAX` | [`max_bytes`](LogConfig::max_bytes) (`256MiB`) or [`max_age`](LogConfig::max_age) (`1h`) | none: one file |
+/// | `HEAPTAG_LOG_KEEP` | [`keep_segments`](LogConfig::keep_segments) | `0`: keep all |
 ///
 /// `HEAPTAG_LOG` is removed from the environment once read, so programs the
 /// process starts do not log into (or over) its log; `HEAPTAG_LOG_INHERIT=1`
@@ -317,6 +318,7 @@ pub struct LogConfig {
     finish_timeout: Duration,
     fsync: bool,
     max: Option<segment::Rotate>,
+    keep: u32,
 }
 
 impl LogConfig {
@@ -334,6 +336,7 @@ impl LogConfig {
             finish_timeout: Duration::from_secs(3),
             fsync: false,
             max: None,
+            keep: 0,
         }
     }
 
@@ -378,6 +381,10 @@ impl LogConfig {
             let max = "a size such as 256MiB or a duration such as 1h";
             if let Some(m) = env_value("HEAPTAG_LOG_MAX", max, segment::parse_max)? {
                 c.max = Some(m);
+            }
+            let keep = |v: &str| v.trim().parse().ok().filter(|&n: &u32| n > 0);
+            if let Some(n) = env_value("HEAPTAG_LOG_KEEP", "a number of segments, at least 1", keep)? {
+                c.keep = n;
             }
             Ok(c)
         })())
@@ -459,6 +466,14 @@ impl LogConfig {
     /// "segments" in the README for the file names. 0 means one file.
     pub fn max_bytes(mut self, bytes: u64) -> Self {
         self.max = (bytes > 0).then_some(segment::Rotate::Bytes(bytes));
+        self
+    }
+
+    /// With segments, keep only the last `n` on disk: once a new segment is
+    /// open, the one `n` back is deleted (only if its path still names the
+    /// file heaptag created). 0, the default, keeps every segment.
+    pub fn keep_segments(mut self, n: u32) -> Self {
+        self.keep = n;
         self
     }
 

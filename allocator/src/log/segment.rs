@@ -11,7 +11,10 @@
 //! `prover-4242.htlog`, `prover-4242.0001.htlog`, `prover-4242.0002.htlog`
 //! (no extension: `prover.log` -> `prover.0001.log`, `prover` ->
 //! `prover.0001`). Readers order segments by their `segment` record (run,
-//! index), never by name. heaptag never deletes a segment.
+//! index), never by name. heaptag deletes no segment unless told to keep the
+//! last N (`HEAPTAG_LOG_KEEP`): then, once a new segment is open, the
+//! segment N back is removed if its path still names the file heaptag
+//! created (same device and inode; never a file put in its place).
 //!
 //! Each segment reads alone: the same header (start times, module map) as
 //! segment 0, then a `segment` record, the definitions of every tag and stack,
@@ -22,6 +25,7 @@
 //! knows exactly the same blocks, whatever the program's threads did
 //! meanwhile.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
 use allocator_api2::vec::Vec as IVec;
@@ -236,6 +240,11 @@ pub(crate) struct Segments {
     /// Segment 0's path.
     pub(crate) base: PathBuf,
     pub(crate) overwrite: bool,
+    /// Keep only this many segments (0: all).
+    pub(crate) keep: u32,
+    /// The segments still on disk that heaptag may remove, oldest first:
+    /// path, device, inode.
+    pub(crate) on_disk: VecDeque<(PathBuf, u64, u64)>,
     /// After a failed rotation (the next file could not be created): the
     /// segment's size or age at which to try again.
     pub(crate) retry_at: u64,
@@ -252,6 +261,8 @@ impl Segments {
             opening_bytes: 0,
             base,
             overwrite,
+            keep: 0,
+            on_disk: VecDeque::new(),
             retry_at: 0,
             live: Live::default(),
         }
@@ -271,6 +282,30 @@ impl Segments {
         }
     }
 
+    /// A segment file was created (open as `fd`); with a keep limit, the
+    /// oldest ones beyond it are removed.
+    pub(crate) fn created(&mut self, path: PathBuf, fd: libc::c_int) {
+        if self.keep == 0 {
+            return;
+        }
+        if let Some((dev, ino)) = file_id_fd(fd) {
+            self.on_disk.push_back((path, dev, ino));
+        }
+        while self.on_disk.len() > self.keep as usize {
+            let Some((old, dev, ino)) = self.on_disk.pop_front() else {
+                break;
+            };
+            // Only the file heaptag created, never one put at its path since.
+            let same = std::fs::symlink_metadata(&old).is_ok_and(|m| {
+                use std::os::unix::fs::MetadataExt;
+                m.file_type().is_file() && m.dev() == dev && m.ino() == ino
+            });
+            if same {
+                let _ = std::fs::remove_file(&old);
+            }
+        }
+    }
+
     /// The next file could not be opened: try again after one more
     /// segment's worth.
     pub(crate) fn failed(&mut self, bytes: u64, now_ns: u64) {
@@ -279,6 +314,14 @@ impl Segments {
             Rotate::Age(max) => now_ns.saturating_sub(self.began_ns).saturating_add(max),
         };
     }
+}
+
+/// Device and inode of the open file `fd`.
+fn file_id_fd(fd: libc::c_int) -> Option<(u64, u64)> {
+    // SAFETY: plain data, filled in by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is an open descriptor of the writer; `st` a valid buffer.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
 }
 
 #[cfg(test)]

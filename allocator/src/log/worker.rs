@@ -230,7 +230,9 @@ impl Writer {
             let pid = unsafe { libc::getpid() } as u64;
             let salt = std::ptr::addr_of!(head) as u64;
             let run = crate::internal::mix64(clock::wall_ns() ^ (pid << 40) ^ salt.rotate_left(23));
-            Segments::new(rotate, run, path.clone(), cfg.overwrite, now_mono)
+            let mut seg = Segments::new(rotate, run, path.clone(), cfg.overwrite, now_mono);
+            seg.keep = cfg.keep;
+            seg
         });
         let mut w = Writer {
             fd,
@@ -273,6 +275,7 @@ impl Writer {
             }
         }
         if let Some(seg) = &mut w.seg {
+            seg.created(w.path.clone(), fd);
             seg.opening_bytes = w.bytes;
             let (run, time_ns) = (seg.run, now_mono);
             w.enc.push(RecordRef::Segment { time_ns, run, index: 0 });
@@ -648,6 +651,7 @@ impl Writer {
         seg.index = next;
         seg.began_ns = now;
         seg.retry_at = 0;
+        seg.created(self.file_path.clone(), fd);
         let run = seg.run;
         let live = std::mem::take(&mut seg.live);
         // The opening: the segment record first, then every definition
