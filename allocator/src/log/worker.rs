@@ -662,6 +662,14 @@ impl Writer {
             run,
             index: next,
         });
+        self.tags_sent = 0;
+        self.stacks_sent = 0;
+        self.tags_written = 0;
+        self.stacks_written = 0;
+        self.send_definitions();
+        self.put_carried(&live);
+        // After the carried records: a reader takes the first other record
+        // as the end of them.
         let dropped = super::dropped();
         if dropped > 0 {
             self.put(RecordRef::Dropped {
@@ -669,12 +677,6 @@ impl Writer {
                 events: dropped,
             });
         }
-        self.tags_sent = 0;
-        self.stacks_sent = 0;
-        self.tags_written = 0;
-        self.stacks_written = 0;
-        self.send_definitions();
-        self.put_carried(&live);
         if let Some(seg) = &mut self.seg {
             seg.live = live;
         }
@@ -712,9 +714,18 @@ impl Writer {
                 }
             });
         }
-        // Blocks being resized: carried at their old address, then moved
-        // aside as the first half of their resize was.
-        for (&(thread, addr), b) in live.resizing.iter() {
+        // Blocks being resized (a `realloc_begin` written, its `realloc`
+        // not yet): carried at their old address, and after every carried
+        // record moved aside again as the first half of their resize did. A
+        // block whose old address was reused meanwhile (by a block carried
+        // above) cannot be said in this format and is left out: its
+        // `realloc` will find nothing to move.
+        let resizing = || {
+            live.resizing
+                .iter()
+                .filter(|(&(_, addr), _)| !live.blocks.contains_key(&addr))
+        };
+        for (&(_, addr), b) in resizing() {
             self.put(RecordRef::Carried {
                 time_ns: b.time_ns,
                 thread: b.thread,
@@ -723,11 +734,6 @@ impl Writer {
                 addr,
                 size: b.size,
             });
-            self.put(RecordRef::ReallocBegin {
-                time_ns: b.time_ns,
-                thread,
-                addr,
-            });
         }
         let now = clock::now_ns();
         for (&tag, &bytes) in live.external.iter() {
@@ -735,6 +741,13 @@ impl Writer {
                 time_ns: now,
                 tag,
                 bytes,
+            });
+        }
+        for (&(thread, addr), _) in resizing() {
+            self.put(RecordRef::ReallocBegin {
+                time_ns: now,
+                thread,
+                addr,
             });
         }
     }
