@@ -461,8 +461,9 @@ impl LogConfig {
         self
     }
 
-    /// Write the log in segments of about `bytes` bytes each (a segment
-    /// ends at the first cycle that finds it at least that big): see
+    /// Write the log in segments of about `bytes` bytes each: a segment
+    /// ends at the first writer cycle that finds `bytes` written into it
+    /// after its opening (header, definitions, carried blocks). See
     /// "segments" in the README for the file names. 0 means one file.
     pub fn max_bytes(mut self, bytes: u64) -> Self {
         self.max = (bytes > 0).then_some(segment::Rotate::Bytes(bytes));
