@@ -253,7 +253,7 @@ fn sym_text(sym: &Sym) -> String {
 }
 
 fn module_offset(m: &Model, f: u64) -> Option<String> {
-    let module = m.header.modules.iter().find(|md| md.start <= f && f < md.end)?;
+    let module = m.module_of(f)?;
     let name = module.path.rsplit('/').next().unwrap_or(&module.path);
     let name = crate::text::printable(name.to_owned());
     Some(format!("{name}+{:#x}", f - module.start + module.file_offset))
@@ -307,13 +307,7 @@ pub fn site_name_with(m: &Model, stack: u32, policy: &SitePolicy) -> String {
     }
     let all = frames(m, stack);
     let exe = &m.header.exe;
-    let in_exe = |f: &Frame| {
-        m.header
-            .modules
-            .iter()
-            .find(|md| md.start <= f.addr && f.addr < md.end)
-            .is_none_or(|md| &md.path == exe)
-    };
+    let in_exe = |f: &Frame| m.module_of(f.addr).is_none_or(|md| &md.path == exe);
     let named = all.iter().any(|f| f.sym.is_some());
     if named {
         // Frames of other modules (libc, libgcc) are never the user's.
@@ -337,12 +331,7 @@ pub fn site_name_with(m: &Model, stack: u32, policy: &SitePolicy) -> String {
     // No symbols: the first frame of the program's own executable that is
     // not one of the first three (heaptag's record and alloc frames).
     for f in all.iter().skip(3) {
-        if f.sym.is_none()
-            && m.header
-                .modules
-                .iter()
-                .any(|md| md.start <= f.addr && f.addr < md.end && &md.path == exe)
-        {
+        if f.sym.is_none() && m.module_of(f.addr).is_some_and(|md| &md.path == exe) {
             return f.text(m);
         }
     }

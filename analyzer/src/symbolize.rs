@@ -64,27 +64,15 @@ pub fn symbolize(m: &mut Model) {
 /// number resolved and the modules skipped (missing, unreadable, rebuilt).
 pub fn fill_missing(m: &mut Model) -> (usize, Vec<String>) {
     let mut by_module: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
-    // Modules by start address, for a binary search per frame (not
-    // frames x modules); the first listed wins where they overlap.
-    let mut order: Vec<(u64, u64, usize)> = m
-        .header
-        .modules
-        .iter()
-        .enumerate()
-        .map(|(i, md)| (md.start, md.end, i))
-        .collect();
-    order.sort_unstable();
-    order.dedup_by_key(|e| e.0);
+    // A binary search per frame (not frames x modules).
+    let index = crate::model::ModuleIndex::new(&m.header.modules);
     for frames in m.stacks.values() {
         for &a in frames {
             if m.symbols.contains_key(&a) {
                 continue;
             }
-            let i = order.partition_point(|e| e.0 <= a);
-            if let Some(&(_, end, idx)) = i.checked_sub(1).map(|i| &order[i]) {
-                if a < end {
-                    by_module.entry(idx).or_default().push(a);
-                }
+            if let Some(idx) = index.find(a) {
+                by_module.entry(idx).or_default().push(a);
             }
         }
     }

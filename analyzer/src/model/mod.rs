@@ -20,11 +20,13 @@
 
 mod ids;
 mod load;
+mod modules;
 mod replay;
 mod segments;
 mod timeline;
 
 pub use ids::IdTable;
+pub use modules::ModuleIndex;
 pub use segments::{expand_inputs, plan_runs, RunPlan, SegmentInfo};
 pub use timeline::{Bucket, Change, KeyedSums, Timeline, TIMELINE_BUCKETS};
 
@@ -350,6 +352,8 @@ pub struct Model {
     pub segments: Vec<PathBuf>,
     /// Its header (the first segment's).
     pub header: Header,
+    /// The header's module map by address, built at first use.
+    module_index: std::sync::OnceLock<ModuleIndex>,
     /// Tag values by tag number (0: untagged). One entry per distinct
     /// value, however many ids it had over the run.
     pub tags: MixMap<u32, TagKey>,
@@ -561,6 +565,12 @@ impl std::fmt::Debug for LoadOptions {
 }
 
 impl Model {
+    /// The module of the header's map that holds `addr` (binary search).
+    pub fn module_of(&self, addr: u64) -> Option<&heaptag_format::Module> {
+        let idx = self.module_index.get_or_init(|| ModuleIndex::new(&self.header.modules));
+        idx.find(addr).and_then(|i| self.header.modules.get(i))
+    }
+
     /// The value of tag number `tag`: untagged for 0; a number the model
     /// did not give out reads as an undefined tag.
     pub fn tag(&self, tag: u32) -> TagKey {
