@@ -14,6 +14,7 @@ pub mod check;
 mod dump;
 pub mod dups;
 mod error;
+pub mod export;
 pub mod model;
 pub mod policy;
 pub mod render;
@@ -111,6 +112,15 @@ pub enum Command {
         /// The process.
         pid: u32,
     },
+    /// `heaptag export pprof`: a gzipped pprof heap profile with tag labels.
+    ExportPprof {
+        /// Log to read.
+        log: PathBuf,
+        /// The moment of the in-use values.
+        at: export::pprof::At,
+        /// Write here (`None`: to the output).
+        output: Option<PathBuf>,
+    },
     /// What a log holds: header, record counts, damage.
     Dump {
         /// Log to read.
@@ -206,6 +216,21 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
         }
         Command::Dump { log, records } => {
             dump::dump(log, *records, out)?;
+            return Ok(Outcome::default());
+        }
+        Command::ExportPprof { log, at, output } => {
+            let s = export::pprof::export(log, *at, output.as_ref(), out)?;
+            if let Some(path) = output {
+                writeln!(
+                    out,
+                    "heaptag: wrote {} ({} samples; in use {} at {}; allocated {})",
+                    path.display(),
+                    s.samples,
+                    units::bytes(s.inuse_bytes),
+                    units::seconds(units::secs(s.time_ns)),
+                    units::bytes(s.alloc_bytes)
+                )?;
+            }
             return Ok(Outcome::default());
         }
         Command::Check {

@@ -151,6 +151,9 @@ enum Cmd {
         #[command(flatten)]
         watch: WatchArgs,
     },
+    /// A log in the formats other tools read.
+    #[command(subcommand)]
+    Export(ExportCmd),
     /// What a log holds: header, counts of each record kind, damage found.
     ///
     /// Example: heaptag dump run-1234.htlog
@@ -161,6 +164,34 @@ enum Cmd {
         #[arg(long)]
         records: bool,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum ExportCmd {
+    /// A pprof heap profile (gzipped profile.proto): allocated and in-use
+    /// objects and bytes per call stack, one sample per (stack, tag), the
+    /// tag as labels job, stage, partition; for go tool pprof, Pyroscope,
+    /// Parca.
+    ///
+    /// Example: heaptag export pprof -o heap.pb.gz run-1234.htlog
+    ///          go tool pprof -top -sample_index=inuse_space -tagfocus stage=synthesize_partition heap.pb.gz
+    #[command(verbatim_doc_comment)]
+    Pprof {
+        /// heaptag log file.
+        log: PathBuf,
+        /// Write the profile here (default: standard output, when it is not
+        /// a terminal).
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// In use when: peak (the attributed peak), end, or a time since the
+        /// log's start (0.128, 1.5s, 250ms).
+        #[arg(long, default_value = "peak", value_parser = parse_at)]
+        at: heaptag_analyzer::export::pprof::At,
+    },
+}
+
+fn parse_at(s: &str) -> Result<heaptag_analyzer::export::pprof::At, String> {
+    s.parse()
 }
 
 #[derive(Args, Debug)]
@@ -237,6 +268,7 @@ fn command(cli: Cli) -> Command {
             csv,
         },
         Cmd::Dump { log, records } => Command::Dump { log, records },
+        Cmd::Export(ExportCmd::Pprof { log, output, at }) => Command::ExportPprof { log, at, output },
         Cmd::Run { watch, cmd } => Command::Run {
             cfg: watch_config(watch),
             cmd,
@@ -278,6 +310,13 @@ fn run_on_stdout(cmd: &Command) -> anyhow::Result<Outcome> {
 
 fn main() -> ExitCode {
     let cmd = command(Cli::parse());
+    if let Command::ExportPprof { output: None, .. } = &cmd {
+        use std::io::IsTerminal;
+        if std::io::stdout().is_terminal() {
+            eprintln!("heaptag: export pprof writes a binary profile: give -o FILE, or redirect the output");
+            return ExitCode::from(2);
+        }
+    }
     match run_on_stdout(&cmd) {
         Ok(outcome) => match outcome.exit_code {
             Some(code) => ExitCode::from(code.clamp(0, 255) as u8),

@@ -120,11 +120,20 @@ impl Values {
     }
 }
 
+/// Where a sample's memory was allocated.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+enum Stack {
+    /// Return addresses, innermost first (empty: not recorded).
+    Addrs(Vec<u64>),
+    /// No stack, but a name for what the memory is (one frame of that name).
+    Named(String),
+}
+
 /// A heap profile being built: samples by (stack, tag), symbols by address,
 /// mappings; [`encode`](HeapProfile::encode) writes the gzipped proto.
 #[derive(Clone, Debug, Default)]
 pub struct HeapProfile {
-    samples: BTreeMap<(Vec<u64>, Labels), Values>,
+    samples: BTreeMap<(Stack, Labels), Values>,
     symbols: BTreeMap<u64, Vec<Frame>>,
     mappings: Vec<Mapping>,
     comments: Vec<String>,
@@ -151,15 +160,29 @@ impl HeapProfile {
     /// frames' return addresses, innermost first (empty: not recorded, shown
     /// as one frame named [`NO_STACK`]).
     pub fn add(&mut self, stack: &[u64], labels: &Labels, values: Values) {
+        let key = if stack.is_empty() {
+            Stack::Named(NO_STACK.into())
+        } else {
+            Stack::Addrs(stack.to_vec())
+        };
+        self.put(key, labels, values);
+    }
+
+    /// Adds `values` to a sample with no call stack but one frame named
+    /// `name`, saying what the memory is (e.g. small allocations no sample
+    /// placed at a stack).
+    pub fn add_named(&mut self, name: &str, labels: &Labels, values: Values) {
+        self.put(Stack::Named(name.to_owned()), labels, values);
+    }
+
+    fn put(&mut self, key: Stack, labels: &Labels, values: Values) {
         if values.is_zero() {
             return;
         }
-        match self.samples.get_mut(&(stack.to_vec(), labels.clone())) {
-            Some(v) => v.add(values),
-            None => {
-                self.samples.insert((stack.to_vec(), labels.clone()), values);
-            }
-        }
+        self.samples
+            .entry((key, labels.clone()))
+            .and_modify(|v| v.add(values))
+            .or_insert(values);
     }
 
     /// Names the code at `addr`: the functions inlined there, innermost
@@ -195,7 +218,15 @@ impl HeapProfile {
     /// Every distinct return address of the samples, sorted (what a
     /// symbolizer must name).
     pub fn addresses(&self) -> Vec<u64> {
-        let mut v: Vec<u64> = self.samples.keys().flat_map(|(s, _)| s.iter().copied()).collect();
+        let mut v: Vec<u64> = self
+            .samples
+            .keys()
+            .flat_map(|(s, _)| match s {
+                Stack::Addrs(a) => a.as_slice(),
+                Stack::Named(_) => &[],
+            })
+            .copied()
+            .collect();
         v.sort_unstable();
         v.dedup();
         v
@@ -207,7 +238,10 @@ impl HeapProfile {
         b.s("");
         let sample_type = SAMPLE_TYPES
             .iter()
-            .map(|(t, u)| proto::ValueType { r#type: b.s(t), unit: b.s(u) })
+            .map(|(t, u)| proto::ValueType {
+                r#type: b.s(t),
+                unit: b.s(u),
+            })
             .collect();
         let mut mapping_ids: Vec<(u64, u64, u64)> = Vec::new();
         for (i, m) in self.mappings.iter().enumerate() {
@@ -225,24 +259,28 @@ impl HeapProfile {
             mapping_ids.push((m.start, m.end, id));
         }
         let mut locations: BTreeMap<u64, u64> = BTreeMap::new();
-        let mut no_stack = 0;
+        let mut named: BTreeMap<&str, u64> = BTreeMap::new();
         let mut samples = Vec::with_capacity(self.samples.len());
         for ((stack, labels), v) in &self.samples {
-            let ids: Vec<u64> = if stack.is_empty() {
-                if no_stack == 0 {
-                    let f = Frame {
-                        function: NO_STACK.into(),
-                        ..Frame::default()
-                    };
-                    no_stack = b.location(0, 0, std::slice::from_ref(&f));
+            let ids: Vec<u64> = match stack {
+                Stack::Named(name) => {
+                    let id = *named.entry(name).or_insert_with(|| {
+                        let f = Frame {
+                            function: name.clone(),
+                            ..Frame::default()
+                        };
+                        b.location(0, 0, std::slice::from_ref(&f))
+                    });
+                    vec![id]
                 }
-                vec![no_stack]
-            } else {
-                stack
+                Stack::Addrs(stack) => stack
                     .iter()
                     .map(|&a| {
                         *locations.entry(a).or_insert_with(|| {
-                            let m = mapping_ids.iter().find(|(s, e, _)| *s <= a && a < *e).map_or(0, |m| m.2);
+                            let m = mapping_ids
+                                .iter()
+                                .find(|(s, e, _)| *s <= a && a < *e)
+                                .map_or(0, |m| m.2);
                             let frames = self.symbols.get(&a).map(Vec::as_slice).unwrap_or_default();
                             if m != 0 && !frames.is_empty() {
                                 let mp = &mut b.mappings[m as usize - 1];
@@ -254,7 +292,7 @@ impl HeapProfile {
                             b.location(m, a, frames)
                         })
                     })
-                    .collect()
+                    .collect(),
             };
             let mut label = Vec::new();
             let mut put = |b: &mut Build, k: &str, v: &str| {
@@ -309,7 +347,8 @@ impl HeapProfile {
     /// `/debug/pprof/heap` convention expect.
     pub fn encode(&self) -> Vec<u8> {
         let raw = self.to_proto().encode_to_vec();
-        let mut gz = flate2::write::GzEncoder::new(Vec::with_capacity(raw.len() / 4 + 64), flate2::Compression::default());
+        let mut gz =
+            flate2::write::GzEncoder::new(Vec::with_capacity(raw.len() / 4 + 64), flate2::Compression::default());
         // Writing into a Vec cannot fail.
         let _ = gz.write_all(&raw);
         gz.finish().unwrap_or_default()

@@ -1,0 +1,186 @@
+//! `heaptag export pprof`: the profile read back by an independent reader
+//! (`go tool pprof`, when the Go toolchain is here; required in CI) and
+//! checked against `heaptag report --format json` of the same log.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{heaptag, prover_log, temp, MIB};
+
+/// Whether `tool` runs here. A missing tool skips the check with a message,
+/// or fails it when HEAPTAG_REQUIRE_TOOLS=1 (CI).
+fn have(tool: &str) -> bool {
+    let ok = Command::new(tool)
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var("HEAPTAG_REQUIRE_TOOLS").as_deref() != Ok("1"),
+            "{tool} is required (HEAPTAG_REQUIRE_TOOLS=1) but does not run here"
+        );
+        eprintln!("skipped: {tool} not found (install golang-go to run this check)");
+    }
+    ok
+}
+
+/// `go tool pprof ARGS PROFILE`: its stdout.
+fn pprof(args: &[&str], profile: &Path) -> String {
+    let home = std::env::temp_dir().join("heaptag-go-home");
+    let out = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(profile)
+        // pprof writes its cache and history under $HOME; never to the network.
+        .env("HOME", &home)
+        .env("GOFLAGS", "-mod=mod")
+        .env("PPROF_TMPDIR", &home)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "go tool pprof {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// What `go tool pprof -top -unit=B -nodefraction=0` shows (after its
+/// filters): the `accounting for N` of its header (the `of M total` is the
+/// whole profile's, before -tagfocus).
+fn shown(top: &str) -> u64 {
+    let line = top
+        .lines()
+        .find(|l| l.starts_with("Showing nodes accounting for"))
+        .unwrap_or_else(|| panic!("no total in:\n{top}"));
+    let n = line["Showing nodes accounting for".len()..].trim_start();
+    let n = n.split(|c: char| c == ',' || c.is_whitespace()).next().unwrap();
+    n.trim_end_matches('B').parse().unwrap_or_else(|_| panic!("{line}"))
+}
+
+/// `go tool pprof -top` of one sample type, every node shown, bytes exact.
+fn top(profile: &Path, index: &str, focus: Option<&str>) -> String {
+    let index = format!("-sample_index={index}");
+    let mut args = vec![
+        "-top",
+        "-unit=B",
+        "-nodefraction=0",
+        "-nodecount=100000",
+        index.as_str(),
+    ];
+    if let Some(f) = focus {
+        args.extend(["-tagfocus", f]);
+    }
+    pprof(&args, profile)
+}
+
+fn report(log: &Path) -> serde_json::Value {
+    let (code, out, err) = heaptag(&["report", "--format", "json", log.to_str().unwrap()], &[]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+fn export(log: &Path, at: &str, name: &str) -> std::path::PathBuf {
+    let out = log.with_file_name(name);
+    let (code, stdout, err) = heaptag(
+        &[
+            "export",
+            "pprof",
+            "--at",
+            at,
+            "-o",
+            out.to_str().unwrap(),
+            log.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(stdout.contains("samples"), "{stdout}");
+    out
+}
+
+#[test]
+fn the_profile_decodes_with_tag_labels_symbols_and_mappings() {
+    let log = temp("pprof-decode");
+    prover_log(&log);
+    let p = heaptag_pprof::decode(&std::fs::read(export(&log, "end", "end.pb.gz")).unwrap()).unwrap();
+    let s = |i: i64| p.string_table[i as usize].clone();
+    let types: Vec<String> = p.sample_type.iter().map(|t| s(t.r#type)).collect();
+    assert_eq!(types, ["alloc_objects", "alloc_space", "inuse_objects", "inuse_space"]);
+    // The PCE's two 8 MiB blocks, alive at the end, under stage=pce_load.
+    let pce: Vec<_> = p
+        .sample
+        .iter()
+        .filter(|x| x.label.iter().any(|l| s(l.key) == "stage" && s(l.str) == "pce_load"))
+        .collect();
+    // Two samples: the tracked blocks at their stack, and the 84 MiB of
+    // small allocations the counters report (100 MiB less the tracked 16),
+    // none of them sampled, under one named frame.
+    assert_eq!(pce.len(), 2);
+    let (pce, small): (Vec<_>, Vec<_>) = pce.into_iter().partition(|x| x.location_id.len() > 1);
+    assert_eq!(pce[0].value, vec![2, 16 * MIB as i64, 2, 16 * MIB as i64]);
+    assert_eq!(small[0].value, vec![1234 - 2, 84 * MIB as i64, 0, 0]);
+    let job = pce[0].label.iter().find(|l| s(l.key) == "job").map(|l| s(l.str));
+    assert_eq!(job.as_deref(), Some("1"));
+    // Its leaf frame is heaptag's; the caller is prover::pce::load at its line.
+    let loc = |id: u64| p.location.iter().find(|l| l.id == id).unwrap();
+    let func = |id: u64| p.function.iter().find(|f| f.id == id).unwrap();
+    let second = loc(pce[0].location_id[1]);
+    assert_eq!(second.address, 0x5500_2000);
+    assert_eq!(second.mapping_id, 1);
+    assert_eq!(s(func(second.line[0].function_id).name), "prover::pce::load");
+    assert_eq!(s(func(second.line[0].function_id).filename), "/src/prover/src/lib.rs");
+    assert_eq!(second.line[0].line, 0x20);
+    assert_eq!(s(p.mapping[0].filename), "/opt/prover/bin/prover");
+    assert_eq!(s(p.mapping[0].build_id), "01020304");
+    assert_eq!(p.time_nanos, 1_790_000_000_000_000_000 + 400_000_000);
+}
+
+#[test]
+fn go_tool_pprof_agrees_with_heaptag_report() {
+    if !have("go") {
+        return;
+    }
+    let log = temp("pprof-go");
+    prover_log(&log);
+    let r = report(&log);
+    let src = &r["sources"][0];
+    let tags = src["tags"].as_array().unwrap();
+    let sum = |stage: &str, field: &str| -> u64 {
+        tags.iter()
+            .filter(|t| t["stage"].as_str() == Some(stage))
+            .map(|t| t[field].as_u64().unwrap())
+            .sum()
+    };
+    let end = export(&log, "end", "end-go.pb.gz");
+    for stage in ["pce_load", "synthesize_partition", "gpu_prove"] {
+        let focus = format!("stage={stage}");
+        let inuse = top(&end, "inuse_space", Some(&focus));
+        assert_eq!(
+            shown(&inuse),
+            sum(stage, "live_end_bytes"),
+            "{stage} in use at end:\n{inuse}"
+        );
+        let alloc = top(&end, "alloc_space", Some(&focus));
+        assert_eq!(
+            shown(&alloc),
+            sum(stage, "allocated_bytes"),
+            "{stage} allocated:\n{alloc}"
+        );
+        let count = top(&end, "alloc_objects", Some(&focus));
+        let count = count.replace("Showing nodes accounting for ", "Showing nodes accounting for ");
+        assert_eq!(
+            shown(&count),
+            sum(stage, "allocations"),
+            "{stage} allocations:\n{count}"
+        );
+    }
+    // At the attributed peak, everything in use is the report's peak attributed.
+    let peak = export(&log, "peak", "peak-go.pb.gz");
+    let all = top(&peak, "inuse_space", None);
+    assert_eq!(shown(&all), src["peak_attributed"]["bytes"].as_u64().unwrap(), "{all}");
+    // Frames are named: the table builder holds the partitions' 4 MiB tables.
+    assert!(all.contains("prover::build_table"), "{all}");
+}
