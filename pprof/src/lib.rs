@@ -51,6 +51,14 @@ pub const SAMPLE_TYPES: [(&str, &str); 4] = [
 /// analyzer's reports use the same words.
 pub const NO_STACK: &str = "(no stack)";
 
+/// pprof's `drop_frames` of every heaptag profile: the frames of heaptag's
+/// own recording, the allocator shims and the unwinder, which every stack
+/// starts with. `go tool pprof` (and other readers) prune them from the
+/// leaf, so a profile starts at the code that allocated, as Go's heap
+/// profiles start above `runtime.mallocgc`; the frames stay in the file.
+pub const DROP_FRAMES: &str =
+    r"(heaptag_alloc::.*|<heaptag_alloc::.*|__rust_.*|__rg_.*|__rdl_.*|__rustc::.*|_Unwind_.*|backtrace::.*)";
+
 /// Largest profile [`decode`] inflates (a hostile gzip bomb stops here).
 pub const MAX_DECODED_BYTES: u64 = 1 << 30;
 
@@ -326,6 +334,7 @@ impl HeapProfile {
             unit: b.s("bytes"),
         });
         let default_sample_type = b.s("inuse_space");
+        let drop_frames = b.s(DROP_FRAMES);
         proto::Profile {
             sample_type,
             sample: samples,
@@ -339,6 +348,7 @@ impl HeapProfile {
             period: self.period,
             comment,
             default_sample_type,
+            drop_frames,
             ..proto::Profile::default()
         }
     }

@@ -22,7 +22,7 @@
 //! (it never writes into its parent's file).
 
 mod fingerprint;
-mod procfs;
+pub(crate) mod procfs;
 pub(crate) mod ring;
 pub(crate) mod stacks;
 mod worker;
