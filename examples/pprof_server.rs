@@ -62,7 +62,9 @@ fn build_witness(round: u64, p: u32) -> Vec<u8> {
 
 #[inline(never)]
 fn build_names(round: u64, p: u32) -> Vec<String> {
-    (0..100).map(|i| format!("round {round} partition {p} wire {i}")).collect()
+    (0..100)
+        .map(|i| format!("round {round} partition {p} wire {i}"))
+        .collect()
 }
 
 /// One round: job `round`, 4 partitions of `synthesize_partition`.

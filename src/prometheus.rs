@@ -190,19 +190,49 @@ impl PromCollector for Collector {
             |g| g.allocations,
         )?;
         let h = &snap.health;
-        gauge(e, "heaptag_process_live_bytes", "Bytes alive now, all tags (exact).", snap.totals.live_bytes)?;
-        gauge(e, "heaptag_overhead_bytes", "Bytes heaptag holds for its own bookkeeping.", snap.overhead_bytes)?;
+        gauge(
+            e,
+            "heaptag_process_live_bytes",
+            "Bytes alive now, all tags (exact).",
+            snap.totals.live_bytes,
+        )?;
+        gauge(
+            e,
+            "heaptag_overhead_bytes",
+            "Bytes heaptag holds for its own bookkeeping.",
+            snap.overhead_bytes,
+        )?;
         gauge(e, "heaptag_tags", "Distinct tags in use so far.", h.tags)?;
-        gauge(e, "heaptag_thread_slots", "Per-thread counter slots owned by live threads.", h.thread_slots_in_use)?;
-        counter(e, "heaptag_tag_overflow", "Tags that got no id (charged as untagged).", h.tag_overflow)?;
+        gauge(
+            e,
+            "heaptag_thread_slots",
+            "Per-thread counter slots owned by live threads.",
+            h.thread_slots_in_use,
+        )?;
+        counter(
+            e,
+            "heaptag_tag_overflow",
+            "Tags that got no id (charged as untagged).",
+            h.tag_overflow,
+        )?;
         counter(
             e,
             "heaptag_dropped_events",
             "Log events dropped (ring full or write failures).",
             h.dropped_events,
         )?;
-        counter(e, "heaptag_log_write_errors", "Writes to the log file that failed.", h.log_write_errors)?;
-        counter(e, "heaptag_alloc_failures", "Allocations the inner allocator refused.", h.alloc_failures)?;
+        counter(
+            e,
+            "heaptag_log_write_errors",
+            "Writes to the log file that failed.",
+            h.log_write_errors,
+        )?;
+        counter(
+            e,
+            "heaptag_alloc_failures",
+            "Allocations the inner allocator refused.",
+            h.alloc_failures,
+        )?;
         counter(
             e,
             "heaptag_untracked_frees",

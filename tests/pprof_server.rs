@@ -46,7 +46,10 @@ fn get(addr: &str, path: &str) -> Vec<u8> {
     s.read_to_end(&mut all).unwrap();
     let split = all.windows(4).position(|w| w == b"\r\n\r\n").expect("an HTTP response");
     let head = String::from_utf8_lossy(&all[..split]).to_string();
-    assert!(head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"), "{path}: {head}");
+    assert!(
+        head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
+        "{path}: {head}"
+    );
     all[split + 4..].to_vec()
 }
 
@@ -88,7 +91,11 @@ fn inuse_at(p: &Profile, function: &str, partition: &str) -> i64 {
     p.sample
         .iter()
         .filter(|x| x.label.iter().any(|l| s(l.key) == "partition" && s(l.str) == partition))
-        .filter(|x| x.location_id.iter().any(|&l| names(l).iter().any(|n| n.contains(function))))
+        .filter(|x| {
+            x.location_id
+                .iter()
+                .any(|&l| names(l).iter().any(|n| n.contains(function)))
+        })
         .map(|x| x.value[3])
         .sum()
 }
@@ -119,7 +126,14 @@ fn go_pprof_shown(profile: &Path, index: &str, focus: &str) -> Option<i64> {
     }
     let home = std::env::temp_dir().join("heaptag-go-home");
     let out = Command::new("go")
-        .args(["tool", "pprof", "-top", "-unit=B", "-nodefraction=0", "-nodecount=100000"])
+        .args([
+            "tool",
+            "pprof",
+            "-top",
+            "-unit=B",
+            "-nodefraction=0",
+            "-nodecount=100000",
+        ])
         .arg(format!("-sample_index={index}"))
         .args(["-tagfocus", focus])
         .arg(profile)
@@ -150,13 +164,17 @@ fn the_daemon_serves_a_changing_heap_profile_and_metrics() {
     .spawn()
     .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    // The harness prints a few lines before the server's first.
+    // The harness prints a few lines first, and `test NAME ... ` on the
+    // line the server's first line continues.
     let addr = (0..50)
         .find_map(|_| {
             let l = lines.next()?.ok()?;
-            l.strip_prefix("listening on http://").map(str::to_owned)
+            let at = l.find("listening on http://")?;
+            Some(l[at + "listening on http://".len()..].trim().to_owned())
         })
         .expect("the server says where it listens");
+    // Keep draining the child's output so it never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
 
     assert_eq!(get(&addr, "/step"), b"round 1\n");
     let m1 = String::from_utf8(get(&addr, "/metrics")).unwrap();
@@ -178,11 +196,17 @@ fn the_daemon_serves_a_changing_heap_profile_and_metrics() {
     promtool(&m2_jobs, &dir);
     let p0 = r#"{stage="synthesize_partition",partition="0"}"#;
     let alloc = |m: &str| metric(m, &format!("heaptag_allocated_bytes_total{p0}"));
-    assert!(alloc(&m2) - alloc(&m1) >= MIB, "round 2 allocated a 1 MiB witness:\n{m1}\n{m2}");
+    assert!(
+        alloc(&m2) - alloc(&m1) >= MIB,
+        "round 2 allocated a 1 MiB witness:\n{m1}\n{m2}"
+    );
     assert!(!m2.contains("job=\""), "no job label by default:\n{m2}");
     assert!(m2_jobs.contains(r#"heaptag_live_bytes{job="2",stage="synthesize_partition",partition="0"}"#));
     assert_eq!(metric(&m2, "heaptag_dropped_events_total"), 0);
-    assert!(metric(&m2, "heaptag_tags") >= 9, "untagged, 2 jobs x (stage + 4 partitions):\n{m2}");
+    assert!(
+        metric(&m2, "heaptag_tags") >= 9,
+        "untagged, 2 jobs x (stage + 4 partitions):\n{m2}"
+    );
 
     // The profiles: the witnesses at their stack, exactly; 3 rounds cached.
     let p1 = heaptag_pprof::decode(&p1_gz).unwrap();
@@ -190,7 +214,11 @@ fn the_daemon_serves_a_changing_heap_profile_and_metrics() {
     let p4 = heaptag_pprof::decode(&p4_gz).unwrap();
     assert_eq!(inuse_at(&p1, "build_witness", "0"), MIB);
     assert_eq!(inuse_at(&p2, "build_witness", "0"), 2 * MIB);
-    assert_eq!(inuse_at(&p4, "build_witness", "0"), 3 * MIB, "round 1's witnesses were freed");
+    assert_eq!(
+        inuse_at(&p4, "build_witness", "0"),
+        3 * MIB,
+        "round 1's witnesses were freed"
+    );
     // Per tag, the profile and the metrics agree (nothing tagged ran between
     // the two requests): in use = live bytes, allocated = allocated bytes.
     let tag = [("stage", "synthesize_partition"), ("partition", "0")];

@@ -108,8 +108,8 @@ mod tests {
 
     /// The list in the crate docs: each module may use only modules after it.
     const ORDER: &[&str] = &[
-        "global", "start", "external", "testing", "profile", "log", "snapshot", "held", "tag", "table", "sampling", "thread",
-        "config", "jemalloc", "clock", "internal", "health",
+        "global", "start", "external", "testing", "profile", "log", "snapshot", "held", "tag", "table", "sampling",
+        "thread", "config", "jemalloc", "clock", "internal", "health",
     ];
 
     /// The code of a module (its file, or every file of its folder), with

@@ -184,3 +184,55 @@ fn go_tool_pprof_agrees_with_heaptag_report() {
     // Frames are named: the table builder holds the partitions' 4 MiB tables.
     assert!(all.contains("prover::build_table"), "{all}");
 }
+
+#[test]
+fn bad_flags_and_logs_are_clear_errors() {
+    let log = temp("pprof-bad");
+    prover_log(&log);
+    let l = log.to_str().unwrap();
+    let (code, _, err) = heaptag(&["export", "pprof", "--at", "soon", "-o", "/dev/null", l], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("expected peak, end or a time"), "{err}");
+    let missing = log.with_file_name("missing.htlog");
+    let (code, _, err) = heaptag(&["export", "pprof", "-o", "/dev/null", missing.to_str().unwrap()], &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("missing.htlog"), "{err}");
+    let bad_out = log.with_file_name("no-such-dir").join("x.pb.gz");
+    let (code, _, err) = heaptag(&["export", "pprof", "-o", bad_out.to_str().unwrap(), l], &[]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("cannot write the output") && err.contains("x.pb.gz"),
+        "{err}"
+    );
+    // A truncated log still exports what it holds, with the reader's warning.
+    let bytes = std::fs::read(&log).unwrap();
+    let cut = log.with_file_name("cut.htlog");
+    std::fs::write(&cut, &bytes[..bytes.len() * 2 / 3]).unwrap();
+    let out = log.with_file_name("cut.pb.gz");
+    let (code, _, err) = heaptag(
+        &[
+            "export",
+            "pprof",
+            "--at",
+            "end",
+            "-o",
+            out.to_str().unwrap(),
+            cut.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(heaptag_pprof::decode(&std::fs::read(&out).unwrap()).is_ok());
+}
+
+#[test]
+fn a_time_between_events_takes_the_state_then() {
+    let log = temp("pprof-time");
+    prover_log(&log);
+    // At 0.2 s the PCE (16 MiB), both partitions' tables and witnesses
+    // (12 MiB), the GPU buffer (3 MiB) and one sampled small block are alive.
+    let p = heaptag_pprof::decode(&std::fs::read(export(&log, "0.2", "t.pb.gz")).unwrap()).unwrap();
+    let inuse: i64 = p.sample.iter().map(|s| s.value[3]).sum();
+    assert_eq!(inuse, (16 + 12 + 3) * MIB as i64 + 524_320);
+    assert_eq!(p.duration_nanos, 200_000_000);
+}
