@@ -170,7 +170,6 @@ fn go_tool_pprof_agrees_with_heaptag_report() {
             "{stage} allocated:\n{alloc}"
         );
         let count = top(&end, "alloc_objects", Some(&focus));
-        let count = count.replace("Showing nodes accounting for ", "Showing nodes accounting for ");
         assert_eq!(
             shown(&count),
             sum(stage, "allocations"),

@@ -332,7 +332,7 @@ pub fn labels(tag: &TagKey) -> Labels {
 /// (largest remainders), so the shares sum to `total`.
 fn split_exact(total: u64, parts: &[(u32, f64)]) -> Vec<(u32, u64)> {
     let sum: f64 = parts.iter().map(|p| p.1).sum();
-    if !(sum > 0.0) {
+    if sum.is_nan() || sum <= 0.0 {
         return Vec::new();
     }
     let mut shares: Vec<(u32, u64, f64)> = parts
@@ -385,7 +385,7 @@ pub fn profile(m: &Model, at: At) -> Result<(HeapProfile, Summary), Error> {
     let mut replay = Replay::default();
     let (mut records, mut last_t) = (0u64, 0u64);
     if stop_at != Some(0) {
-        while let Some(rec) = r.next() {
+        for rec in r.by_ref() {
             records += 1;
             let t = record_time(&rec);
             if let (At::Time(limit), Some(t)) = (at, t) {
@@ -429,7 +429,9 @@ pub fn profile(m: &Model, at: At) -> Result<(HeapProfile, Summary), Error> {
     ));
 
     // Small allocations per tag, from the counters: split over the sampled stacks.
-    let mut per_gen: BTreeMap<Gen, (Vec<(u32, f64)>, Vec<(u32, f64)>)> = BTreeMap::new();
+    // Per tag: the sampled (stack, weight) and (stack, blocks) to split by.
+    type Split = Vec<(u32, f64)>;
+    let mut per_gen: BTreeMap<Gen, (Split, Split)> = BTreeMap::new();
     for (&(g, stack), a) in &replay.acc {
         let e = per_gen.entry(g).or_default();
         if a.sampled_alloc_weight > 0 {
