@@ -2,12 +2,16 @@
 //! what a daemon serves at `/debug/pprof/heap`, the way Rust services serve
 //! jemalloc's profiles, but with each sample labelled by its tag.
 //!
-//! ```no_run
+//! ```
 //! # #[global_allocator]
 //! # static GLOBAL: heaptag::Alloc = heaptag::Alloc::new();
+//! let _stage = heaptag::stage("synthesize_partition");
+//! let witness = vec![1u8; 1 << 20]; // tracked: in the profile exactly
 //! let gz: Vec<u8> = heaptag::pprof::heap_profile();
-//! std::fs::write("heap.pb.gz", gz).unwrap();
+//! assert!(gz.starts_with(&[0x1f, 0x8b])); // gzip, as /debug/pprof/heap serves it
+//! // std::fs::write("heap.pb.gz", gz), then
 //! // go tool pprof -top -sample_index=inuse_space -tagfocus stage=synthesize_partition heap.pb.gz
+//! # drop(witness);
 //! ```
 //!
 //! The profile is the same kind `heaptag export pprof LOG` writes (one

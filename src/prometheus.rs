@@ -2,12 +2,16 @@
 //! with the official [`prometheus_client`] crate, for a daemon's existing
 //! `/metrics` endpoint.
 //!
-//! ```no_run
+//! ```
 //! # #[global_allocator]
 //! # static GLOBAL: heaptag::Alloc = heaptag::Alloc::new();
+//! let _stage = heaptag::stage("gpu_prove");
+//! let buf = vec![0u8; 1 << 20];
 //! // Alone: the Prometheus text format (version 0.0.4).
 //! let mut body = String::new();
 //! heaptag::prometheus::encode(&mut body).unwrap();
+//! assert!(body.contains("heaptag_live_bytes{stage=\"gpu_prove\"} "));
+//! # drop(buf);
 //!
 //! // Or beside the daemon's own metrics, read afresh at every scrape.
 //! let mut registry = prometheus_client::registry::Registry::default();
