@@ -235,3 +235,18 @@ fn a_time_between_events_takes_the_state_then() {
     assert_eq!(inuse, (16 + 12 + 3) * MIB as i64 + 524_320);
     assert_eq!(p.duration_nanos, 200_000_000);
 }
+
+#[test]
+fn without_output_file_the_profile_goes_to_a_piped_stdout() {
+    let log = temp("pprof-stdout");
+    prover_log(&log);
+    let out = Command::new(env!("CARGO_BIN_EXE_heaptag"))
+        .args(["export", "pprof", "--at", "end"])
+        .arg(&log)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let p = heaptag_pprof::decode(&out.stdout).unwrap();
+    let inuse: i64 = p.sample.iter().map(|s| s.value[3]).sum();
+    assert_eq!(inuse, 16 * MIB as i64, "the PCE is what is left at the end");
+}
