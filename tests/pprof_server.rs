@@ -17,6 +17,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use heaptag_analyzer::export::pprof::At;
 use heaptag_pprof::proto::Profile;
 
 const MIB: i64 = 1 << 20;
@@ -246,5 +247,50 @@ fn the_daemon_serves_a_changing_heap_profile_and_metrics() {
         assert_eq!(shown, all0);
         assert_eq!(shown, metric(&m4, &format!("heaptag_live_bytes{p0}")));
     }
+
+    // The daemon's own log (finished at its exit), exported offline, agrees
+    // with `heaptag report` of the same log: allocated per stage, and in
+    // use at the attributed peak.
+    let json = |cmd: heaptag_analyzer::Command| -> serde_json::Value {
+        let mut out = Vec::new();
+        heaptag_analyzer::run(&cmd, &mut out).unwrap();
+        serde_json::from_slice(&out).unwrap()
+    };
+    let r = json(heaptag_analyzer::Command::Report {
+        logs: vec![log.clone()],
+        format: heaptag_analyzer::Format::Json,
+    });
+    let src = &r["sources"][0];
+    let export = |at: At, name: &str| -> Profile {
+        let out = dir.join(name);
+        let cmd = heaptag_analyzer::Command::ExportPprof {
+            log: log.clone(),
+            at,
+            output: Some(out.clone()),
+        };
+        heaptag_analyzer::run(&cmd, &mut Vec::new()).unwrap();
+        heaptag_pprof::decode(&std::fs::read(&out).unwrap()).unwrap()
+    };
+    let end = export(At::End, "daemon-end.pb.gz");
+    let allocated: u64 = src["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["stage"] == "synthesize_partition")
+        .map(|t| t["allocated_bytes"].as_u64().unwrap())
+        .sum();
+    assert!(allocated >= 16 * MIB as u64, "4 rounds of 4 witnesses");
+    assert_eq!(sum(&end, 1, &[("stage", "synthesize_partition")]) as u64, allocated);
+    let shown = go_pprof_shown(
+        &dir.join("daemon-end.pb.gz"),
+        "alloc_space",
+        "stage=^synthesize_partition$",
+    );
+    if let Some(shown) = shown {
+        assert_eq!(shown as u64, allocated, "go tool pprof on the exported log");
+    }
+    let peak = export(At::Peak, "daemon-peak.pb.gz");
+    let inuse: i64 = peak.sample.iter().map(|x| x.value[3]).sum();
+    assert_eq!(inuse as u64, src["peak_attributed"]["bytes"].as_u64().unwrap());
     let _ = std::fs::remove_file(&log);
 }
