@@ -250,3 +250,57 @@ fn without_output_file_the_profile_goes_to_a_piped_stdout() {
     let inuse: i64 = p.sample.iter().map(|s| s.value[3]).sum();
     assert_eq!(inuse, 16 * MIB as i64, "the PCE is what is left at the end");
 }
+
+#[test]
+fn a_repeated_definition_is_the_same_tag_and_a_retired_id_another() {
+    use heaptag_format::Record;
+    let mut b = common::LogBuilder::new();
+    b.tag(1, Some(1), Some("synthesize_partition"), Some(0))
+        .alloc(10 * common::MS, 1, 0, 0x1000_0000, MIB)
+        // The writer sends a definition again after a failed write.
+        .tag(1, Some(1), Some("synthesize_partition"), Some(0))
+        .alloc(20 * common::MS, 1, 0, 0x2000_0000, MIB)
+        .free(30 * common::MS, 0x1000_0000, MIB)
+        .free(31 * common::MS, 0x2000_0000, MIB)
+        // Its counters: the two tracked blocks and 10 small ones (1000 B).
+        .rec(Record::Counters {
+            time_ns: 35 * common::MS,
+            tags: vec![heaptag_format::TagCount {
+                tag: 1,
+                alloc_bytes: 2 * MIB + 1000,
+                alloc_count: 12,
+                tracked_live: 0,
+                small_live: 0,
+                peak: 0,
+                external: 0,
+            }],
+        })
+        .rec(Record::TagRetire {
+            time_ns: 40 * common::MS,
+            id: 1,
+        })
+        .tag(1, Some(2), Some("gpu_prove"), Some(0))
+        .alloc(50 * common::MS, 1, 0, 0x3000_0000, 3 * MIB)
+        .rec(Record::End {
+            time_ns: 60 * common::MS,
+            dropped: 0,
+        })
+        .flush();
+    let log = temp("pprof-gens");
+    b.write(&log);
+    let p = heaptag_pprof::decode(&std::fs::read(export(&log, "end", "gens.pb.gz")).unwrap()).unwrap();
+    let s = |i: i64| p.string_table[i as usize].clone();
+    let by_stage = |stage: &str| -> Vec<Vec<i64>> {
+        p.sample
+            .iter()
+            .filter(|x| x.label.iter().any(|l| s(l.key) == "stage" && s(l.str) == stage))
+            .map(|x| x.value.clone())
+            .collect()
+    };
+    // Tracked (no stack), then the small blocks no sample placed.
+    assert_eq!(
+        by_stage("synthesize_partition"),
+        vec![vec![2, 2 * MIB as i64, 0, 0], vec![10, 1000, 0, 0]]
+    );
+    assert_eq!(by_stage("gpu_prove"), vec![vec![1, 3 * MIB as i64, 1, 3 * MIB as i64]]);
+}

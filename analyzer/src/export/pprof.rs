@@ -94,7 +94,7 @@ fn parse_time(t: &str) -> Option<u64> {
     (ns.is_finite() && ns >= 0.0 && ns < u64::MAX as f64).then_some(ns as u64)
 }
 
-/// A tag definition's generation: the id and how many times it was defined
+/// A tag definition's generation: the id and how many times it was retired
 /// before, so an id the log reuses (after a `tag_retire`) is another tag.
 type Gen = (u32, u32);
 
@@ -115,6 +115,8 @@ type Live = (Gen, u32, u64, f64);
 #[derive(Default)]
 struct Replay {
     generation: MixMap<u32, u32>,
+    /// Ids retired and not defined again yet.
+    retired: MixMap<u32, ()>,
     keys: MixMap<Gen, TagKey>,
     live: MixMap<u64, Live>,
     moving: MixMap<(u32, u64), Live>,
@@ -165,11 +167,16 @@ impl Replay {
                 stage,
                 partition,
             } => {
+                // A definition after a `tag_retire` of its id starts a new
+                // tag; one repeated without (the writer sends definitions
+                // again after a failed write) is the same tag.
+                let retired = self.retired.remove(&id).is_some();
                 let g = match self.generation.get_mut(&id) {
-                    Some(g) => {
+                    Some(g) if retired => {
                         *g += 1;
                         *g
                     }
+                    Some(g) => *g,
                     None => {
                         self.generation.insert(id, 0);
                         0
@@ -263,6 +270,9 @@ impl Replay {
                 if let Some(b) = self.samples.remove(&addr) {
                     self.leave(b);
                 }
+            }
+            Record::TagRetire { id, .. } => {
+                self.retired.insert(id, ());
             }
             Record::Counters { tags, .. } => {
                 for c in tags {
