@@ -92,3 +92,39 @@ fn profiles_under_concurrent_allocation_then_exact_figures() {
     heaptag::finish();
     let _ = std::fs::remove_file(&log);
 }
+
+/// The cost of one profile with many live blocks, for docs/PERFORMANCE.md
+/// (prints, asserts nothing on time): `cargo test --release --features
+/// pprof --test pprof_live -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn measure_profile_cost() {
+    let log = std::env::temp_dir().join(format!("heaptag-pprof-cost-{}.htlog", std::process::id()));
+    heaptag::LogConfig::new(&log).start().unwrap();
+    let mut keep = Vec::new();
+    for i in 0..10_000u32 {
+        let _stage = heaptag::stage(["witness", "table", "proof", "msm"][(i % 4) as usize]);
+        let _part = heaptag::partition(i % 16);
+        keep.push(vec![i as u8; 64 << 10]);
+        for j in 0..20 {
+            keep.push(vec![j as u8; 1000]);
+        }
+    }
+    for round in ["first (symbolizes)", "second (cached symbols)"] {
+        let t = std::time::Instant::now();
+        let gz = heaptag::pprof::heap_profile();
+        let took = t.elapsed();
+        let p = heaptag_pprof::decode(&gz).unwrap();
+        println!(
+            "heap_profile {round}: {:.1} ms, {} samples, {} locations, {} KiB gzipped, {} blocks recorded",
+            took.as_secs_f64() * 1e3,
+            p.sample.len(),
+            p.location.len(),
+            gz.len() / 1024,
+            heaptag::live_blocks().len()
+        );
+    }
+    drop(keep);
+    heaptag::finish();
+    let _ = std::fs::remove_file(&log);
+}

@@ -202,6 +202,32 @@ impl Replay {
                     self.leave(old);
                 }
             }
+            // A block alive when a log segment opened: carried into this
+            // segment's state, allocated in an earlier one.
+            Record::Carried {
+                tag, stack, addr, size, ..
+            } => {
+                let b = (self.gen(tag), stack, size, 1.0);
+                self.enter(b);
+                if let Some(old) = self.live.insert(addr, b) {
+                    self.leave(old);
+                }
+            }
+            Record::CarriedSample {
+                tag,
+                stack,
+                addr,
+                size,
+                weight,
+                ..
+            } => {
+                let objects = if size == 0 { 1.0 } else { weight as f64 / size as f64 };
+                let b = (self.gen(tag), stack, weight, objects);
+                self.enter(b);
+                if let Some(old) = self.samples.insert(addr, b) {
+                    self.leave(old);
+                }
+            }
             Record::Free { addr, .. } => {
                 if let Some(b) = self.live.remove(&addr) {
                     self.leave(b);
@@ -318,10 +344,10 @@ fn record_time(r: &Record) -> Option<u64> {
         | Record::TagRetire { time_ns, .. }
         | Record::TagOverflow { time_ns, .. }
         | Record::Segment { time_ns, .. }
-        | Record::CarriedExternal { time_ns, .. } => Some(*time_ns),
-        Record::Carried { .. }
-        | Record::CarriedSample { .. }
-        | Record::TagDef { .. }
+        | Record::CarriedExternal { time_ns, .. }
+        | Record::Carried { time_ns, .. }
+        | Record::CarriedSample { time_ns, .. } => Some(*time_ns),
+        Record::TagDef { .. }
         | Record::StackDef { .. }
         | Record::Symbol { .. }
         | Record::Pad { .. } => None,
