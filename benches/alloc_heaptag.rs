@@ -10,7 +10,8 @@ static GLOBAL: heaptag::Alloc = heaptag::Alloc::new();
 
 fn main() {
     let off = std::env::var("HEAPTAG").is_ok_and(|v| v == "off" || v == "0");
-    let logging = std::env::var_os("HEAPTAG_LOG").is_some();
+    // HEAPTAG_LOG itself is gone from the environment once read.
+    let logging = heaptag::log_path().is_some();
     let variant = match (off, logging) {
         (true, _) => "heaptag-off",
         (false, true) => "heaptag-log",

@@ -311,7 +311,7 @@ pub fn run(argv: &[String]) -> i32 {
     let started = std::time::Instant::now();
     // The event log for the analyzer (unless HEAPTAG_LOG already started one).
     if let Some(path) = &args.log {
-        if std::env::var_os("HEAPTAG_LOG").is_none() {
+        if heaptag::log_path().is_none() {
             // Fingerprint every PCE vector (the smallest are row pointers).
             if let Err(e) = heaptag::LogConfig::new(path).fingerprint_min(64 << 10).start() {
                 eprintln!("pce_pipeline: no event log: {e}");

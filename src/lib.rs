@@ -78,8 +78,10 @@
 //! `HEAPTAG_LOG=run-%p.htlog` (or [`LogConfig`]) writes every tracked and
 //! sampled event, call stacks, content fingerprints, marks and periodic memory
 //! samples to a file for the `heaptag` analyzer; [`mark`] names a point in the
-//! run, [`finish`] (also run at exit) completes the file. See the README and
-//! `docs/FORMAT.md`.
+//! run, [`finish`] (also run at exit, and never waiting longer than
+//! `HEAPTAG_FINISH_TIMEOUT`) completes the file; a later
+//! [`LogConfig::start`] opens a new log. `HEAPTAG_LOG_MAX` writes a daemon's
+//! log in segments. See the README and `docs/FORMAT.md`.
 //!
 //! # Environment
 //!

@@ -89,4 +89,37 @@ fn env_started_log_expands_pid_and_bad_values_are_reported() {
         "{stderr}"
     );
     assert!(!dir.join("bad.htlog").exists());
+
+    // Issue 16's variables: each bad value named, and no log.
+    for (name, value, expected) in [
+        (
+            "HEAPTAG_LOG_MAX",
+            "10MB",
+            "expected a size such as 256MiB or a duration such as 1h",
+        ),
+        (
+            "HEAPTAG_LOG_MAX",
+            "0",
+            "expected a size such as 256MiB or a duration such as 1h",
+        ),
+        (
+            "HEAPTAG_FINISH_TIMEOUT",
+            "soon",
+            "expected a duration such as 100ms or 1s",
+        ),
+        ("HEAPTAG_FSYNC", "always", "expected 0 or 1"),
+        ("HEAPTAG_LOG_KEEP", "0", "expected a number of segments, at least 1"),
+    ] {
+        let out = common::child(
+            "env_started_log_expands_pid_and_bad_values_are_reported",
+            &[("HEAPTAG_LOG", dir.join("bad.htlog").to_str().unwrap()), (name, value)],
+        )
+        .output()
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "the program runs anyway: {stderr}");
+        let want = format!("heaptag: not logging: {name}={value}: {expected}");
+        assert!(stderr.contains(&want), "{want} in {stderr}");
+        assert!(!dir.join("bad.htlog").exists());
+    }
 }

@@ -19,6 +19,7 @@ fn a_logged_run_reads_back_completely() {
     let path = common::temp_log("roundtrip");
     let started = heaptag::LogConfig::new(&path)
         .interval(Duration::from_millis(20))
+        .symbols(true)
         .start()
         .expect("log starts");
     assert_eq!(started, path);

@@ -43,6 +43,10 @@ pub(crate) static LOG_RING_FULL: AtomicU64 = AtomicU64::new(0);
 /// Events the log lost because the file could not be written.
 // Relaxed: an independent statistic.
 pub(crate) static LOG_EVENTS_LOST: AtomicU64 = AtomicU64::new(0);
+/// Side records (marks, external memory changes) the log dropped because
+/// its bounded side queue was full.
+// Relaxed: an independent statistic.
+pub(crate) static SIDE_DROPPED: AtomicU64 = AtomicU64::new(0);
 /// `write(2)` calls to the log file that failed.
 // Relaxed: an independent statistic.
 pub(crate) static LOG_WRITE_ERRORS: AtomicU64 = AtomicU64::new(0);
@@ -54,10 +58,13 @@ pub(crate) static STACKS_NOT_STORED: AtomicU64 = AtomicU64::new(0);
 // through it.
 pub(crate) static THREADS_SEEN: AtomicU32 = AtomicU32::new(0);
 
-/// Events the log dropped so far: its ring was full, or they were lost to
-/// write failures.
+/// Events the log dropped so far: its ring or its side queue was full, or
+/// they were lost to write failures (or not written by `finish()`'s
+/// deadline).
 pub(crate) fn dropped_events() -> u64 {
-    LOG_RING_FULL.load(Ordering::Relaxed) + LOG_EVENTS_LOST.load(Ordering::Relaxed)
+    LOG_RING_FULL.load(Ordering::Relaxed)
+        + LOG_EVENTS_LOST.load(Ordering::Relaxed)
+        + SIDE_DROPPED.load(Ordering::Relaxed)
 }
 
 /// What heaptag had to degrade, and the size of its own state.
@@ -75,9 +82,13 @@ pub struct Health {
     pub tag_overflow: u64,
     /// `HEAPTAG*` environment values that did not parse (ignored).
     pub config_errors: u64,
-    /// Events the log dropped: its buffer was full, or the file could not
-    /// be written (see `log_write_errors`).
+    /// Events the log dropped: its buffer was full, the file could not be
+    /// written (see `log_write_errors`), or `finish()` gave up at its
+    /// deadline; includes `side_dropped`.
     pub dropped_events: u64,
+    /// Of `dropped_events`, marks and external-memory changes dropped
+    /// because the log's bounded side queue was full.
+    pub side_dropped: u64,
     /// Writes to the log file that failed (disk full, I/O error).
     pub log_write_errors: u64,
     /// Call stacks that could not be stored (internal heap exhausted); their
@@ -117,6 +128,7 @@ pub(crate) fn read(sizes: Sizes) -> Health {
         tag_overflow: ld(&TAG_OVERFLOW),
         config_errors: ld(&CONFIG_ERRORS),
         dropped_events: dropped_events(),
+        side_dropped: ld(&SIDE_DROPPED),
         log_write_errors: ld(&LOG_WRITE_ERRORS),
         stacks_not_stored: ld(&STACKS_NOT_STORED),
         threads_seen: u64::from(THREADS_SEEN.load(Ordering::Relaxed)),

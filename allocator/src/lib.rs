@@ -51,7 +51,7 @@
 //! external  the annotation API (external_alloc)            log held tag clock
 //! testing   memory assertions for cargo test               log snapshot table tag internal
 //! profile   live blocks, stacks, maps for heap profiles    log table tag sampling
-//! log/      ring, writer thread, stacks, fingerprints      snapshot tag table jemalloc config clock internal health
+//! log/      ring, writer, finish, segments, stacks, fps    snapshot tag table jemalloc config clock internal health
 //! snapshot  in-process queries: sums of the counters       held tag table thread config clock internal health
 //! held      external memory held, by tag and kind          tag internal
 //! tag       tags, guards, the tag table                    thread sampling internal health
@@ -94,7 +94,7 @@ pub use health::Health;
 pub use heaptag_format::Fill;
 pub use held::ExternalStats;
 pub use jemalloc::{flush_thread_cache, jemalloc_stats, purge, JemallocError, JemallocStats};
-pub use log::{finish, mark, LogConfig, LogError, LogSummary};
+pub use log::{finish, log_path, mark, LogConfig, LogError, LogSummary};
 pub use profile::{live_blocks, modules, stack_frames, LiveBlock, Module};
 pub use snapshot::{snapshot, tracked_blocks, Block, SmallStats, Snapshot, TagStats, Totals, TrackedStats};
 pub use tag::{current, job, partition, shared, stage, static_name, Tag, TagGuard, TagId, MAX_TAGS};

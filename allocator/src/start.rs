@@ -20,9 +20,10 @@
 //!    the mode `INITIALIZING` and are counted, untagged, but not recorded.
 //! 2. [`log_from_env`], a constructor that runs before `main`: when
 //!    `HEAPTAG_LOG` is set, it makes the first allocation happen (step 1),
-//!    then starts the log writer from the `HEAPTAG_LOG*` environment. A
-//!    program may instead start the log itself with
-//!    [`LogConfig::start`](crate::LogConfig::start).
+//!    reads the `HEAPTAG_LOG*` environment, removes `HEAPTAG_LOG` from it
+//!    (unless `HEAPTAG_LOG_INHERIT=1`: programs this one starts must not log
+//!    into its file), then starts the log writer. A program may instead
+//!    start the log itself with [`LogConfig::start`](crate::LogConfig::start).
 //!
 //! # Fork
 //!
@@ -131,7 +132,10 @@ extern "C" fn log_from_env() {
     // with its own settings; if heaptag is not installed, the mode stays
     // unset and `start` below says so.
     drop(std::hint::black_box(Box::new(0u64)));
-    match LogConfig::from_env() {
+    let config = LogConfig::from_env();
+    // Before `start` below starts the writer thread.
+    forget_log_env();
+    match config {
         Some(Ok(c)) => {
             if let Err(e) = c.start() {
                 eprintln!("heaptag: not logging: {e}");
@@ -140,6 +144,52 @@ extern "C" fn log_from_env() {
         Some(Err(e)) => eprintln!("heaptag: not logging: {e}"),
         None => {}
     }
+}
+
+/// Removes `HEAPTAG_LOG` from the environment, so a program this process
+/// execs (a worker, a test harness) neither fails to log (the file exists)
+/// nor truncates this log (with `HEAPTAG_LOG_OVERWRITE=1`). Kept when
+/// `HEAPTAG_LOG_INHERIT` is `1` (`true`, `yes`, `on`): `heaptag run` sets it,
+/// with a `%p` in the path, so every process of the command logs to its own
+/// file. Kept too (said on stderr) when other threads already run, where
+/// changing the environment would be unsound.
+fn forget_log_env() {
+    let keep = config::getenv(c"HEAPTAG_LOG_INHERIT").is_some_and(|v| matches!(v, b"1" | b"true" | b"yes" | b"on"));
+    if keep {
+        return;
+    }
+    match threads() {
+        Some(1) => {}
+        n => {
+            let n = n.map_or_else(|| "an unknown number of".to_owned(), |n| n.to_string());
+            eprintln!(
+                "heaptag: HEAPTAG_LOG stays in the environment ({n} threads already run, so it cannot be \
+                 changed safely): programs this one starts inherit it"
+            );
+            return;
+        }
+    }
+    // SAFETY: changing the environment is unsound while another thread
+    // reads it (getenv, std::env, building a child's environment). This runs
+    // only from `log_from_env`, heaptag's `.init_array` constructor, on the
+    // thread that runs it: before `main` in a program (Rust's runtime has not
+    // started, nor any thread of the program), or inside `dlopen` when
+    // heaptag is in a library loaded later. The check above found this
+    // thread to be the process's only one, and no other can appear before
+    // the call below but by this thread starting it (heaptag starts its
+    // writer thread only after this). glibc's unsetenv only removes the
+    // entry from `environ`; it never frees the string, so the values read
+    // before stay valid. The name is a NUL-terminated C string.
+    unsafe { libc::unsetenv(c"HEAPTAG_LOG".as_ptr()) };
+}
+
+/// Threads of this process now (`Threads:` of `/proc/self/status`).
+fn threads() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
 }
 
 #[used]

@@ -4,7 +4,8 @@
 //!
 //! Shape: 64 tags, 256 stacks, ~4,000 tracked blocks alive at a time
 //! (64 KiB-8 MiB), alloc/free pairs with ~10% sampled small blocks, a memory
-//! sample every 10,000 events, fingerprints at free for blocks >= 1 MiB.
+//! sample every 10,000 events (`--sample-every N` to change it),
+//! fingerprints at free for blocks >= 1 MiB.
 
 use std::io::Write;
 
@@ -14,6 +15,21 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let path = args.next().expect("usage: synth_log PATH EVENTS");
     let events: u64 = args.next().and_then(|n| n.parse().ok()).unwrap_or(1_000_000);
+    // `--sample-every N`: a memory sample every N events (default 10,000;
+    // 20 gives a day-long run's 864,000 samples in 17 M events).
+    let mut sample_every: u64 = 10_000;
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--sample-every" => {
+                sample_every = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .filter(|&n| n > 0)
+                    .expect("--sample-every N: N > 0")
+            }
+            other => panic!("unknown argument {other:?} (usage: synth_log PATH EVENTS [--sample-every N])"),
+        }
+    }
     let mut out = std::io::BufWriter::new(std::fs::File::create(&path).expect("create"));
     let mut head = Vec::new();
     Header {
@@ -152,7 +168,7 @@ fn main() {
             live[slot] = Some((addr, size));
         }
         n += 1;
-        if n % 10_000 == 0 {
+        if n % sample_every == 0 {
             put(
                 Record::Rss {
                     time_ns: t,

@@ -26,6 +26,11 @@ pub enum Error {
         #[source]
         source: ReadError,
     },
+    /// The files named cannot be read as the runs asked for (a directory
+    /// without logs, a pattern matching nothing, one segment given twice,
+    /// several runs where one is read); the text names the files.
+    #[error("{0}")]
+    Inputs(String),
     /// Writing the output failed (a closed pipe among others).
     #[error("cannot write the output")]
     Output(#[from] io::Error),

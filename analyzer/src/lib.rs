@@ -1,7 +1,7 @@
 //! `heaptag-analyzer`: reads heaptag event logs and turns them into answers.
 //!
 //! ```text
-//! log file(s) -> load (model/load.rs: LogReader) -> replay (model/replay.rs, bounded by the live set)
+//! log file(s), segment sets (model/segments.rs) -> load (model/load.rs: LogReader) -> replay (model/replay.rs, bounded by the live set)
 //!             -> [symbolize.rs: names for call sites, only when the output shows them]
 //!             -> report values (report.rs, dups.rs, sites.rs, check.rs)
 //!             -> render.rs (text | markdown | json) into any io::Write
@@ -121,10 +121,12 @@ pub enum Command {
         /// Write here (`None`: to the output).
         output: Option<PathBuf>,
     },
-    /// What a log holds: header, record counts, damage.
+    /// What a log holds: header, record counts, damage (each segment of a
+    /// rotated log in order).
     Dump {
-        /// Log to read.
-        log: PathBuf,
+        /// Log to read (or the segments of one run: files, a directory, a
+        /// glob pattern).
+        logs: Vec<PathBuf>,
         /// Print every record too.
         records: bool,
     },
@@ -143,23 +145,19 @@ pub struct Outcome {
 }
 
 /// What a command needs from its logs besides the replay itself.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 struct Needs {
-    /// A second pass to the attributed peak (`heaptag peak`).
-    peak: bool,
-    /// Block lifetimes (`heaptag dups`, `heaptag check`).
-    intervals: bool,
+    /// How to load (second pass, lifetimes, group sums, timeline key).
+    load: model::LoadOptions,
     /// Names for call sites: symbolize frames the log left unnamed, from
     /// the binaries on this machine (only for outputs that name sites).
     names: bool,
 }
 
-/// Loads every log, then (only when names are needed) symbolizes them.
+/// Loads every run the inputs name (files, directories of segments, glob
+/// patterns), then (only when names are needed) symbolizes them.
 fn load_all(logs: &[PathBuf], needs: Needs) -> Result<Vec<Model>, Error> {
-    let mut models = logs
-        .iter()
-        .map(|p| Model::load(p, needs.peak, needs.intervals))
-        .collect::<Result<Vec<Model>, Error>>()?;
+    let mut models = Model::load_set(logs, &needs.load)?;
     if needs.names {
         models.iter_mut().for_each(symbolize::symbolize);
     }
@@ -169,8 +167,9 @@ fn load_all(logs: &[PathBuf], needs: Needs) -> Result<Vec<Model>, Error> {
 fn warnings(models: &[Model]) -> Vec<String> {
     let mut w = Vec::new();
     for m in models {
-        for p in &m.problems {
-            w.push(format!("{}: {p}", m.path.display()));
+        for (i, p) in m.problems.iter().enumerate() {
+            let path = m.problem_sources.get(i).unwrap_or(&m.path);
+            w.push(format!("{}: {p}", path.display()));
         }
         for d in &m.damage {
             w.push(format!("{}: {d}", m.path.display()));
@@ -178,7 +177,7 @@ fn warnings(models: &[Model]) -> Vec<String> {
         if !m.ended {
             w.push(format!(
                 "{}: no end record (the process did not finish the log)",
-                m.path.display()
+                m.segments.last().unwrap_or(&m.path).display()
             ));
         }
         if m.dropped > 0 {
@@ -187,6 +186,9 @@ fn warnings(models: &[Model]) -> Vec<String> {
                 m.path.display(),
                 m.dropped
             ));
+        }
+        if let Some(line) = report::tags_without_id_line(m) {
+            w.push(format!("{}: {line}", m.path.display()));
         }
     }
     w
@@ -199,6 +201,14 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
     let names = Needs {
         names: true,
         ..Needs::default()
+    };
+    let with = |peak: bool, intervals: bool, names: bool| Needs {
+        load: model::LoadOptions {
+            peak,
+            intervals,
+            ..model::LoadOptions::default()
+        },
+        names,
     };
     let models = match cmd {
         Command::Run { cfg, cmd } => {
@@ -214,8 +224,16 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
             writeln!(out, "heaptag: log written to {}", cfg.log.display())?;
             return Ok(Outcome::default());
         }
-        Command::Dump { log, records } => {
-            dump::dump(log, *records, out)?;
+        Command::Dump { logs, records } => {
+            let files = model::expand_inputs(logs)?;
+            for plan in model::plan_runs(&files, false)? {
+                for g in &plan.gaps {
+                    writeln!(out, "warning: {g}")?;
+                }
+                for f in &plan.files {
+                    dump::dump(&f.path, *records, out)?;
+                }
+            }
             return Ok(Outcome::default());
         }
         Command::ExportPprof { log, at, output } => {
@@ -244,11 +262,13 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
             // The policy first: a typo should not wait for a long log.
             let policy = policy::Policy::load(policy).map_err(check::CheckError::Policy)?;
             let baseline = baseline.as_deref().map(check::read_baseline).transpose()?;
-            let needs = Needs {
-                intervals: true,
-                names: policy.names_sites(),
-                ..Needs::default()
-            };
+            // Block lifetimes only for `max_copies` (duplicates).
+            let copies = policy
+                .rules
+                .iter()
+                .any(|r| r.limits.iter().any(|l| matches!(l, policy::Limit::MaxCopies(_))));
+            let mut needs = with(false, copies, policy.names_sites());
+            needs.load.groups = check::groups(&policy);
             let models = load_all(logs, needs)?;
             let r = check::check(&policy, &models, baseline.as_ref(), write_baseline.is_some())?;
             if let Some(path) = write_baseline {
@@ -269,18 +289,12 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
             models
         }
         Command::Peak { logs, format, top } => {
-            let models = load_all(logs, Needs { peak: true, ..names })?;
+            let models = load_all(logs, with(true, false, true))?;
             render::peak(&report::peak(&models, *top), *format, out)?;
             models
         }
         Command::Dups { logs, format } => {
-            let models = load_all(
-                logs,
-                Needs {
-                    intervals: true,
-                    ..names
-                },
-            )?;
+            let models = load_all(logs, with(false, true, true))?;
             render::dups(&report::dups(&models), *format, out)?;
             models
         }
@@ -295,8 +309,15 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
             models
         }
         Command::Timeline { logs, format, by, csv } => {
-            let models = load_all(logs, Needs::default())?;
-            let t = report::timeline(&models, *by);
+            // Grouped by the key while loading: each point holds the
+            // highest value of each key's sum, exact on any run length.
+            let mut needs = Needs::default();
+            let by = *by;
+            needs.load.timeline_key = Some(std::sync::Arc::new(move |k: &model::TagKey| {
+                (!k.is_heaptag_own()).then(|| report::key_of(k, by))
+            }));
+            let models = load_all(logs, needs)?;
+            let t = report::timeline(&models, by);
             if *csv {
                 render::timeline_csv(&t, out)?
             } else {

@@ -26,7 +26,9 @@ struct Cli {
 
 #[derive(Args, Debug)]
 struct Logs {
-    /// heaptag log files (each is a source: one process).
+    /// heaptag log files (each is a source: one process); a rotated log's
+    /// segments (several files, a directory of *.htlog, or a quoted glob
+    /// such as 'logs/run-*.htlog') are read as one run.
     #[arg(required = true, value_name = "LOG")]
     logs: Vec<PathBuf>,
     /// Output format.
@@ -112,7 +114,8 @@ enum Cmd {
     ///          heaptag check --policy heaptag.toml --baseline main.json --format junit run.htlog > heaptag.xml
     #[command(verbatim_doc_comment)]
     Check {
-        /// heaptag log files.
+        /// heaptag log files (a rotated log's segments, a directory or a
+        /// quoted glob: one run).
         #[arg(required = true, value_name = "LOG")]
         logs: Vec<PathBuf>,
         /// The policy file (see docs/CI.md).
@@ -158,8 +161,10 @@ enum Cmd {
     ///
     /// Example: heaptag dump run-1234.htlog
     Dump {
-        /// heaptag log file.
-        log: PathBuf,
+        /// heaptag log file (or the segments of one run: files, a
+        /// directory, a quoted glob), each dumped in segment order.
+        #[arg(required = true, value_name = "LOG")]
+        logs: Vec<PathBuf>,
         /// Print every record as well.
         #[arg(long)]
         records: bool,
@@ -267,7 +272,7 @@ fn command(cli: Cli) -> Command {
             by,
             csv,
         },
-        Cmd::Dump { log, records } => Command::Dump { log, records },
+        Cmd::Dump { logs, records } => Command::Dump { logs, records },
         Cmd::Export(ExportCmd::Pprof { log, output, at }) => Command::ExportPprof { log, at, output },
         Cmd::Run { watch, cmd } => Command::Run {
             cfg: watch_config(watch),

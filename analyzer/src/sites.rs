@@ -8,7 +8,14 @@
 //! (`rayon::iter::collect::special_extend`, `<prover::Pce as Clone>::clone`)
 //! and from its source file (`/rustc/<hash>/library/alloc/...`,
 //! `.../registry/src/<index>/rayon-1.10.0/...`), so the short names that
-//! `debug = "line-tables-only"` gives inlined frames are placed too.
+//! `debug = "line-tables-only"` gives inlined frames are placed too. A file
+//! of a local crate (a path dependency, such as heaptag's allocator built
+//! from a checkout) is placed by the `Cargo.toml` beside its `src` directory
+//! when that file is on this machine ([`crate_of_local_file`]).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
 
 use heaptag_format::hash::MixMap;
 
@@ -103,9 +110,41 @@ impl SitePolicy {
         }
         match crate_of_file(&sym.file) {
             Some((k, dependency)) => !(self.skips(&k) || dependency && !Self::listed(&self.keep, &k)),
-            None => true,
+            None => crate_of_local_file(&sym.file).is_none_or(|k| !self.skips(&k)),
         }
     }
+}
+
+/// The crate of a source file outside Cargo's registry and the standard
+/// library: the `[package] name` of the `Cargo.toml` beside the nearest
+/// `src` directory above it, when that manifest is on this machine (read
+/// once per directory). This places the short names that `debug =
+/// "line-tables-only"` gives the frames of a path dependency, heaptag's own
+/// allocator among them (`record (global.rs:446)` is heaptag's, not the
+/// user's), now that logs carry no in-process symbols by default. Files of
+/// examples, tests and benches (no `src` above them) are not placed.
+pub fn crate_of_local_file(file: &str) -> Option<String> {
+    static MANIFESTS: Mutex<Option<HashMap<PathBuf, Option<String>>>> = Mutex::new(None);
+    let path = Path::new(file);
+    if !path.is_absolute() {
+        return None;
+    }
+    let src = path
+        .ancestors()
+        .skip(1)
+        .find(|a| a.file_name() == Some("src".as_ref()))?;
+    let dir = src.parent()?;
+    let mut cache = MANIFESTS.lock().unwrap_or_else(PoisonError::into_inner);
+    let cache = cache.get_or_insert_with(HashMap::new);
+    if let Some(name) = cache.get(dir) {
+        return name.clone();
+    }
+    let name = std::fs::read_to_string(dir.join("Cargo.toml"))
+        .ok()
+        .and_then(|text| text.parse::<toml::Table>().ok())
+        .and_then(|t| t.get("package")?.get("name")?.as_str().map(|n| n.replace('-', "_")));
+    cache.insert(dir.to_path_buf(), name.clone());
+    name
 }
 
 /// The crate a demangled function path names: the first segment of its
@@ -361,6 +400,26 @@ mod tests {
         assert!(p.is_users(&sym("helper", "/c/registry/src/i/rayon-core-1.13.0/src/join/mod.rs")));
         assert!(!p.is_users(&sym("my_pool::Pool::run", "")));
         assert!(!p.is_users(&sym("alloc::vec::Vec<T>::clone", "")));
+    }
+
+    #[test]
+    fn local_files_are_placed_by_their_manifest() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let own = root.join("allocator/src/global.rs");
+        assert_eq!(
+            crate_of_local_file(own.to_str().unwrap()).as_deref(),
+            Some("heaptag_alloc")
+        );
+        let p = SitePolicy::default();
+        assert!(
+            !p.is_users(&sym("record", own.to_str().unwrap())),
+            "heaptag's own frame"
+        );
+        // Examples and tests have no `src` above them; unknown paths stay the user's.
+        let example = root.join("examples/pce_pipeline.rs");
+        assert_eq!(crate_of_local_file(example.to_str().unwrap()), None);
+        assert!(p.is_users(&sym("build_pce", example.to_str().unwrap())));
+        assert!(p.is_users(&sym("work", "/nonexistent/prover/src/main.rs")));
     }
 
     #[test]

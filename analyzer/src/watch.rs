@@ -265,8 +265,10 @@ fn sample_loop(
 /// `heaptag run`: starts `cmd`, samples it (and its children) into
 /// `cfg.log` until it exits, forwarding SIGINT and SIGTERM to it; returns its
 /// exit code (128 + signal when killed). The command gets `HEAPTAG_LOG`
-/// (beside `cfg.log`) unless already set, so a program linking heaptag writes
-/// its own log too.
+/// (beside `cfg.log`, with `%p`) unless already set, so a program linking
+/// heaptag writes its own log too, and `HEAPTAG_LOG_INHERIT=1`, so the
+/// programs it starts (sampled too) keep the variable and each write their
+/// own log (a heaptag program otherwise removes it once read).
 pub fn run_command(cfg: &WatchConfig, cmd: &[OsString]) -> Result<i32, WatchError> {
     let (prog, args) = cmd.split_first().ok_or_else(|| {
         WatchError::CannotStart(
@@ -283,6 +285,7 @@ pub fn run_command(cfg: &WatchConfig, cmd: &[OsString]) -> Result<i32, WatchErro
             .file_stem()
             .map_or_else(|| "run".into(), |s| s.to_string_lossy().into_owned());
         c.env("HEAPTAG_LOG", cfg.log.with_file_name(format!("{stem}.app-%p.htlog")));
+        c.env("HEAPTAG_LOG_INHERIT", "1");
     }
     // The log first: if it cannot be written, the command never starts.
     let new = NewLog::create(&cfg.log)?;

@@ -73,8 +73,8 @@ fn trim(v: &[u8]) -> &[u8] {
 }
 
 /// Parses a sampling interval as written in `HEAPTAG_INTERVAL` and
-/// `heaptag run --interval`: `100ms`, `2s`, `500us`, `1m`; a bare number is
-/// milliseconds. Zero and anything else is `None`.
+/// `heaptag run --interval`: `100ms`, `2s`, `500us`, `1m` (or `1min`), `1h`;
+/// a bare number is milliseconds. Zero and anything else is `None`.
 pub fn parse_duration(v: &str) -> Option<Duration> {
     let v = v.trim();
     let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
@@ -84,6 +84,7 @@ pub fn parse_duration(v: &str) -> Option<Duration> {
         "s" => Duration::from_secs(n),
         "us" => Duration::from_micros(n),
         "m" | "min" => Duration::from_secs(n.checked_mul(60)?),
+        "h" => Duration::from_secs(n.checked_mul(3600)?),
         _ => return None,
     };
     (!d.is_zero()).then_some(d)
@@ -98,6 +99,7 @@ mod tests {
         assert_eq!(parse_duration("100ms"), Some(Duration::from_millis(100)));
         assert_eq!(parse_duration("250"), Some(Duration::from_millis(250)));
         assert_eq!(parse_duration("2s"), Some(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1h"), Some(Duration::from_secs(3600)));
         assert_eq!(parse_duration("0"), None);
         assert_eq!(parse_duration("fast"), None);
         assert_eq!(parse_duration("10 parsecs"), None);

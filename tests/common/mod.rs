@@ -97,3 +97,6 @@ pub fn check(log: &std::path::Path, name: &str, policy: &str) -> (bool, String) 
     });
     (failed, out)
 }
+
+/// The stage of the log writer's own allocations.
+pub const WRITER_STAGE: &str = heaptag_format::WRITER_STAGE;

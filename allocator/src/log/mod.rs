@@ -16,14 +16,19 @@
 //! the program goes on.
 //!
 //! Logging starts from `HEAPTAG_LOG=path` (read by start-up's constructor
-//! before `main`, see `start.rs`) or from [`LogConfig::start`]. [`finish`] flushes, fingerprints the
-//! blocks still alive, resolves the call stacks' symbols and writes the end
-//! record; it also runs at normal process exit. A forked child stops logging
-//! (it never writes into its parent's file).
+//! before `main`, see `start.rs`) or from [`LogConfig::start`]. [`finish`]
+//! has the writer thread fingerprint the blocks still alive, drain the queue
+//! and write the end record (symbols and `fsync` only when asked for), and
+//! waits for it until a deadline (`finish.rs`); it also runs at normal
+//! process exit. After it, [`LogConfig::start`] may open a new log. With
+//! `HEAPTAG_LOG_MAX` the log is written in segments (`segment.rs`). A forked
+//! child stops logging (it never writes into its parent's file).
 
 mod fingerprint;
+mod finish;
 pub(crate) mod procfs;
 pub(crate) mod ring;
+mod segment;
 pub(crate) mod stacks;
 mod worker;
 
@@ -31,7 +36,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use heaptag_format::{FpMeta, FpWhen, Record};
 
@@ -43,18 +48,40 @@ use crate::table;
 #[repr(align(128))]
 pub(crate) struct Padded<T>(pub(crate) T);
 
+/// No log was ever started.
 const OFF: u8 = 0;
+/// `LogConfig::start` is opening one.
 const STARTING: u8 = 1;
+/// Events are logged.
 const ON: u8 = 2;
-const FINISHED: u8 = 3;
-const FORKED: u8 = 4;
+/// `finish()` ran: no new events; the writer is still closing the file (or
+/// stuck in a write after `finish()` gave up). No new log can start yet.
+const CLOSING: u8 = 3;
+/// The last log is closed; a new one may start.
+const FINISHED: u8 = 4;
+/// A forked child: never logs.
+const FORKED: u8 = 5;
 
 /// The log's state. Relaxed loads on the event path: an event racing with
 /// `finish()` is either written or counted as dropped, never lost silently.
 static STATE: AtomicU8 = AtomicU8::new(OFF);
 static RING: Ring = Ring::new();
-/// Records that are not allocator events (marks, external memory).
-static SIDE: Mutex<Vec<Record>> = Mutex::new(Vec::new());
+/// Records that are not allocator events (marks, external memory): at most
+/// [`SIDE_MAX`] of them and [`SIDE_MAX_BYTES`] of their strings wait for the
+/// writer; more are dropped and counted (`Health::side_dropped`).
+static SIDE: Mutex<SideQueue> = Mutex::new(SideQueue {
+    recs: Vec::new(),
+    bytes: 0,
+});
+/// Most side records waiting for the writer.
+const SIDE_MAX: usize = 16_384;
+/// Most bytes of labels and names in the side records waiting.
+const SIDE_MAX_BYTES: usize = 4 << 20;
+
+struct SideQueue {
+    recs: Vec<Record>,
+    bytes: usize,
+}
 /// The writer's state; held by the writer thread for one cycle at a time.
 static WRITER: Mutex<Option<worker::Writer>> = Mutex::new(None);
 /// Tracked blocks of at least this size are fingerprinted.
@@ -120,11 +147,12 @@ pub(crate) unsafe fn fingerprint_block(addr: usize, size: u64) -> fingerprint::F
 }
 
 /// Fingerprints every live tracked block big enough, holding each block's
-/// table shard while reading it so no thread can free it meanwhile.
-fn fingerprint_live(when: FpWhen) {
+/// table shard while reading it so no thread can free it meanwhile; past
+/// `deadline` the remaining blocks are left out.
+fn fingerprint_live(when: FpWhen, deadline: Option<Instant>) {
     let min = FP_MIN.load(Ordering::Relaxed);
     table::for_each_locked(|addr, e| {
-        if e.tracked && e.size >= min {
+        if e.tracked && e.size >= min && deadline.is_none_or(|d| Instant::now() < d) {
             // SAFETY: the entry is in the table and its shard is locked, so
             // the block is live and its free waits for us (free removes the
             // entry before releasing the block).
@@ -133,19 +161,46 @@ fn fingerprint_live(when: FpWhen) {
     });
 }
 
-/// Records a side record (not an allocator event) if logging.
+/// Records a side record (not an allocator event) if logging; when the side
+/// queue is full (the writer is behind or stuck) it is dropped and counted.
 pub(crate) fn side(rec: Record) {
-    if on() {
-        SIDE.lock().unwrap_or_else(PoisonError::into_inner).push(rec);
+    if !on() {
+        return;
     }
+    let len = match &rec {
+        Record::Mark { label, .. } => label.len(),
+        Record::External { what, .. } => what.len(),
+        _ => 0,
+    };
+    let mut q = SIDE.lock().unwrap_or_else(PoisonError::into_inner);
+    let fits = q.recs.len() < SIDE_MAX && q.bytes + len <= SIDE_MAX_BYTES && q.recs.try_reserve(1).is_ok();
+    if fits {
+        q.bytes += len;
+        q.recs.push(rec);
+    } else {
+        drop(q);
+        crate::health::SIDE_DROPPED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The side records waiting (for the writer), leaving the queue empty.
+fn take_side() -> Vec<Record> {
+    let mut q = SIDE.lock().unwrap_or_else(PoisonError::into_inner);
+    q.bytes = 0;
+    std::mem::take(&mut q.recs)
 }
 
 /// Why a log could not be started.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum LogError {
-    /// A log is already being written (or was, and finished).
+    /// A log is already being written.
     AlreadyStarted,
+    /// The previous log is still being closed: its `finish()` gave up at
+    /// the deadline and the writer thread is still in a write.
+    Finishing,
+    /// The writer thread could not be started.
+    NoThread(std::io::Error),
     /// heaptag is not the global allocator, or `HEAPTAG=off`.
     NotTracking,
     /// The file exists and overwriting was not allowed.
@@ -177,7 +232,12 @@ pub enum LogError {
 impl fmt::Display for LogError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            LogError::AlreadyStarted => write!(f, "a heaptag log was already started in this process"),
+            LogError::AlreadyStarted => write!(f, "a heaptag log is already being written in this process"),
+            LogError::Finishing => write!(
+                f,
+                "the previous heaptag log is still being closed (its finish() gave up: is a write to it stuck?)"
+            ),
+            LogError::NoThread(e) => write!(f, "cannot start the log writer thread: {e}"),
             LogError::NotTracking => write!(
                 f,
                 "heaptag is not tracking: install heaptag::Alloc as the #[global_allocator] and do not set HEAPTAG=off"
@@ -222,7 +282,29 @@ impl std::error::Error for LogError {}
 /// | `HEAPTAG_FINGERPRINT_FULL` | [`fingerprint_full`](LogConfig::fingerprint_full) | `0` |
 /// | `HEAPTAG_STACK_DEPTH` | [`stack_depth`](LogConfig::stack_depth) (`0`: off) | `32` |
 /// | `HEAPTAG_BUFFER` | [`buffer_events`](LogConfig::buffer_events) | `32768` |
-/// | `HEAPTAG_SYMBOLS` | [`symbols`](LogConfig::symbols) | `1` |
+/// | `HEAPTAG_SYMBOLS` | [`symbols`](LogConfig::symbols) | `0` |
+/// | `HEAPTAG_FINISH_TIMEOUT` | [`finish_timeout`](LogConfig::finish_timeout) (`3s`) | `3s` |
+/// | `HEAPTAG_FSYNC` | [`fsync`](LogConfig::fsync) | `0` |
+/// | `HEAPTAG_LOG_MAX` | [`max_bytes`](LogConfig::max_bytes) (`256MiB`) or [`max_age`](LogConfig::max_age) (`1h`) | none: one file |
+/// | `HEAPTAG_LOG_KEEP` | [`keep_segments`](LogConfig::keep_segments) | `0`: keep all |
+///
+/// `HEAPTAG_LOG` is removed from the environment once read, so programs the
+/// process starts do not log into (or over) its log; `HEAPTAG_LOG_INHERIT=1`
+/// keeps it (then give the path a `%p`).
+///
+/// A log can be started and finished more than once in a process, around one
+/// benchmark of a long-lived program:
+///
+/// ```no_run
+/// let log = heaptag_alloc::LogConfig::new("/tmp/bench-%p.htlog").start()?;
+/// // ... the benchmark ...
+/// let summary = heaptag_alloc::finish().expect("a log was being written");
+/// assert!(summary.ended);
+/// # Ok::<(), heaptag_alloc::LogError>(())
+/// ```
+///
+/// (`examples/log_window.rs` does this for real; `tests/log_start_stop.rs`
+/// runs it.)
 #[derive(Clone, Debug)]
 pub struct LogConfig {
     path: PathBuf,
@@ -233,6 +315,10 @@ pub struct LogConfig {
     stack_depth: u32,
     buffer_events: usize,
     symbols: bool,
+    finish_timeout: Duration,
+    fsync: bool,
+    max: Option<segment::Rotate>,
+    keep: u32,
 }
 
 impl LogConfig {
@@ -246,12 +332,17 @@ impl LogConfig {
             fingerprint_full: false,
             stack_depth: 32,
             buffer_events: 32768,
-            symbols: true,
+            symbols: false,
+            finish_timeout: Duration::from_secs(3),
+            fsync: false,
+            max: None,
+            keep: 0,
         }
     }
 
     /// The configuration from `HEAPTAG_LOG` and friends; `None` when
-    /// `HEAPTAG_LOG` is unset or empty.
+    /// `HEAPTAG_LOG` is unset or empty (start-up removes it from the
+    /// environment once read, unless `HEAPTAG_LOG_INHERIT=1`).
     pub fn from_env() -> Option<Result<LogConfig, LogError>> {
         let path = env("HEAPTAG_LOG").filter(|p| !p.is_empty())?;
         Some((|| {
@@ -280,6 +371,20 @@ impl LogConfig {
             }
             if let Some(yes) = env_value("HEAPTAG_SYMBOLS", FLAG, flag)? {
                 c.symbols = yes;
+            }
+            if let Some(d) = env_value("HEAPTAG_FINISH_TIMEOUT", duration, heaptag_format::parse_duration)? {
+                c.finish_timeout = d;
+            }
+            if let Some(yes) = env_value("HEAPTAG_FSYNC", FLAG, flag)? {
+                c.fsync = yes;
+            }
+            let max = "a size such as 256MiB or a duration such as 1h";
+            if let Some(m) = env_value("HEAPTAG_LOG_MAX", max, segment::parse_max)? {
+                c.max = Some(m);
+            }
+            let keep = |v: &str| v.trim().parse().ok().filter(|&n: &u32| n > 0);
+            if let Some(n) = env_value("HEAPTAG_LOG_KEEP", "a number of segments, at least 1", keep)? {
+                c.keep = n;
             }
             Ok(c)
         })())
@@ -329,9 +434,54 @@ impl LogConfig {
         self
     }
 
-    /// Resolve stack symbols at `finish()` (function, file, line).
+    /// Resolve stack symbols at `finish()` (function, file, line), in the
+    /// process. Off by default: loading the debug info of a large binary
+    /// takes seconds at exit, and the analyzer resolves the frames offline
+    /// from the header's module map and build ids. Symbols not resolved by
+    /// the finish deadline are left out.
     pub fn symbols(mut self, yes: bool) -> Self {
         self.symbols = yes;
+        self
+    }
+
+    /// The longest [`finish`] (and the exit of the process) waits for the
+    /// log to be closed; past it, what was not written is counted as
+    /// dropped, said on stderr and in the file's reserve frame, and the log
+    /// has no end record. Default 3 s; at least 1 ms.
+    pub fn finish_timeout(mut self, d: Duration) -> Self {
+        self.finish_timeout = d.max(Duration::from_millis(1));
+        self
+    }
+
+    /// `fsync` each file when it is closed (at finish and at each segment
+    /// rotation). Off by default: a crash of the machine may then lose the
+    /// last writes, and a filesystem that stalls cannot hold up the exit.
+    pub fn fsync(mut self, yes: bool) -> Self {
+        self.fsync = yes;
+        self
+    }
+
+    /// Write the log in segments of about `bytes` bytes each: a segment
+    /// ends at the first writer cycle that finds `bytes` written into it
+    /// after its opening (header, definitions, carried blocks). See
+    /// "segments" in the README for the file names. 0 means one file.
+    pub fn max_bytes(mut self, bytes: u64) -> Self {
+        self.max = (bytes > 0).then_some(segment::Rotate::Bytes(bytes));
+        self
+    }
+
+    /// With segments, keep only the last `n` on disk: once a new segment is
+    /// open, the one `n` back is deleted (only if its path still names the
+    /// file heaptag created). 0, the default, keeps every segment.
+    pub fn keep_segments(mut self, n: u32) -> Self {
+        self.keep = n;
+        self
+    }
+
+    /// Write the log in segments of `every` each (at least 1 ms).
+    pub fn max_age(mut self, every: Duration) -> Self {
+        let ns = every.max(Duration::from_millis(1)).as_nanos().min(u128::from(u64::MAX)) as u64;
+        self.max = Some(segment::Rotate::Age(ns));
         self
     }
 
@@ -340,46 +490,68 @@ impl LogConfig {
         expand(&self.path)
     }
 
-    /// Starts writing the log; returns its path.
+    /// Starts writing the log; returns its path (the first segment's).
+    ///
+    /// Also after [`finish`]: each start opens a new log (give each its own
+    /// path, or use `%p` and a counter). The event buffer keeps the size the
+    /// first log gave it.
     pub fn start(self) -> Result<PathBuf, LogError> {
         // Acquire: the tracking settings are published with the mode.
         if HOT.mode.load(Ordering::Acquire) != TRACKING_ON {
             return Err(LogError::NotTracking);
         }
-        if STATE
-            .compare_exchange(OFF, STARTING, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
+        let prev = STATE.load(Ordering::Acquire);
+        let free = prev == OFF || prev == FINISHED;
+        if !free
+            || STATE
+                .compare_exchange(prev, STARTING, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
         {
-            return Err(LogError::AlreadyStarted);
+            return Err(if prev == CLOSING {
+                LogError::Finishing
+            } else {
+                LogError::AlreadyStarted
+            });
         }
-        match worker::Writer::open(&self) {
-            Ok(w) => {
-                let path = w.path.clone();
-                if !RING.init(self.buffer_events) {
-                    STATE.store(OFF, Ordering::Release);
-                    return Err(LogError::OutOfMemory);
-                }
-                stacks::DEPTH.store(self.stack_depth, Ordering::Relaxed);
-                FP_MIN.store(self.fingerprint_min, Ordering::Relaxed);
-                FP_FULL.store(self.fingerprint_full, Ordering::Relaxed);
-                *WRITER.lock().unwrap_or_else(PoisonError::into_inner) = Some(w);
-                install_hooks();
-                STATE.store(ON, Ordering::Release);
-                let tick = self.interval.min(Duration::from_millis(10));
-                let spawned = std::thread::Builder::new()
-                    .name("heaptag-writer".into())
-                    .spawn(move || worker::run(tick));
-                if let Err(e) = spawned {
-                    // Without a thread, finish() still writes everything.
-                    eprintln!("heaptag: no writer thread ({e}); the log is written at finish()");
-                }
-                Ok(path)
-            }
-            Err(e) => {
-                STATE.store(OFF, Ordering::Release);
-                Err(e)
-            }
+        let fail = |e| {
+            STATE.store(prev, Ordering::Release);
+            Err(e)
+        };
+        if !RING.init(self.buffer_events) {
+            return fail(LogError::OutOfMemory);
         }
+        // What an earlier log left: events queued after it stopped taking
+        // them, side records. No writer thread runs (the state was OFF or
+        // FINISHED), so this thread may consume the ring.
+        while RING.pop().is_some() {}
+        drop(take_side());
+        let w = match worker::Writer::open(&self, RING.capacity()) {
+            Ok(w) => w,
+            Err(e) => return fail(e),
+        };
+        let path = w.path.clone();
+        finish::reset(self.finish_timeout);
+        w.publish();
+        stacks::DEPTH.store(self.stack_depth, Ordering::Relaxed);
+        FP_MIN.store(self.fingerprint_min, Ordering::Relaxed);
+        FP_FULL.store(self.fingerprint_full, Ordering::Relaxed);
+        SAMPLE_NOW.store(false, Ordering::Relaxed);
+        *WRITER.lock().unwrap_or_else(PoisonError::into_inner) = Some(w);
+        install_hooks();
+        let tick = self.interval.min(Duration::from_millis(10));
+        let spawned = std::thread::Builder::new()
+            .name("heaptag-writer".into())
+            .spawn(move || worker::run(tick));
+        if let Err(e) = spawned {
+            if let Some(w) = WRITER.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                w.discard();
+            }
+            return fail(LogError::NoThread(e));
+        }
+        // Release: the writer's state and settings above are published
+        // with it.
+        STATE.store(ON, Ordering::Release);
+        Ok(path)
     }
 }
 
@@ -469,32 +641,48 @@ fn install_hooks() {
 /// What [`finish`] wrote.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogSummary {
-    /// The log file.
+    /// The log file (its first segment, when written in segments).
     pub path: PathBuf,
-    /// Bytes written.
+    /// Bytes written (all segments).
     pub bytes: u64,
     /// Allocator events written (allocations, frees, reallocs, samples).
     pub events: u64,
-    /// Events dropped (buffer full, or lost to write failures).
+    /// Events dropped (buffer full, lost to write failures, or not written
+    /// by the finish deadline).
     pub dropped: u64,
+    /// The end record was written by the deadline
+    /// ([`LogConfig::finish_timeout`]); false when `finish` gave up.
+    pub ended: bool,
+    /// Files written: 1, or the number of segments.
+    pub segments: u32,
 }
 
-/// Flushes the event log: fingerprints the blocks still alive, takes a last
-/// sample, resolves stack symbols, writes the end record and closes the file.
-/// Later events are not logged. Runs by itself at normal process exit.
+/// Finishes the event log: the writer thread fingerprints the blocks still
+/// alive, takes a last sample, drains the queue, writes the end record
+/// (symbols and `fsync` only when configured) and closes the file. Later
+/// events are not logged, until [`LogConfig::start`] opens a new log. Runs by
+/// itself at normal process exit.
+///
+/// Never waits longer than the finish timeout (`HEAPTAG_FINISH_TIMEOUT`,
+/// [`LogConfig::finish_timeout`], 3 s by default), holding no lock the
+/// program's threads need: when a write is stuck, what was not written is
+/// counted in `dropped`, said on stderr and in the file's reserve frame, and
+/// the summary has `ended: false`.
 ///
 /// Returns `None` when no log was being written.
 pub fn finish() -> Option<LogSummary> {
-    if !on() {
+    finish::finish()
+}
+
+/// The first file of the log being written (or being closed), if any: for
+/// code that must know whether `HEAPTAG_LOG` started one (the variable itself
+/// is removed from the environment once read).
+pub fn log_path() -> Option<PathBuf> {
+    let state = STATE.load(Ordering::Acquire);
+    if state != ON && state != CLOSING {
         return None;
     }
-    let mut guard = WRITER.lock().unwrap_or_else(PoisonError::into_inner);
-    let mut w = guard.take()?;
-    let _tag = worker::writer_tag().enter();
-    fingerprint_live(FpWhen::Finish);
-    // No new events from here on; everything queued before is drained below.
-    STATE.store(FINISHED, Ordering::Release);
-    Some(w.finish())
+    finish::first_path()
 }
 
 /// Records a named point in the run: a mark record, a fingerprint of every
@@ -509,7 +697,7 @@ pub fn mark(label: &str) {
         time_ns: crate::clock::now_ns(),
         label: label.to_owned(),
     });
-    fingerprint_live(FpWhen::Mark);
+    fingerprint_live(FpWhen::Mark, None);
     SAMPLE_NOW.store(true, Ordering::Relaxed);
 }
 

@@ -122,6 +122,24 @@ impl Ring {
         }
     }
 
+    /// Capacity in events (0 before `init`).
+    pub(crate) fn capacity(&self) -> usize {
+        // Acquire: pairs with the Release in `init` (the mask is set before).
+        if self.buf.load(Ordering::Acquire).is_null() {
+            return 0;
+        }
+        self.mask.load(Ordering::Relaxed) + 1
+    }
+
+    /// Events queued and not taken yet: a figure (producers and the
+    /// consumer may move on meanwhile), for the count of events lost when
+    /// `finish()` gives up.
+    pub(crate) fn len(&self) -> usize {
+        // Relaxed: a figure, nothing is read through it.
+        let enq = self.enq.0.load(Ordering::Relaxed);
+        enq.saturating_sub(self.deq.0.load(Ordering::Relaxed))
+    }
+
     /// Takes the oldest event, if one is ready. Single consumer only (the
     /// caller holds the writer lock).
     pub(crate) fn pop(&self) -> Option<Event> {

@@ -1,19 +1,23 @@
 //! The writer: drains the event ring, encodes frames, samples the process,
-//! and writes with plain `write(2)` calls on a file it created itself.
+//! and writes with plain `write(2)` calls on a file it created itself; closes
+//! the log at `finish()` (see `finish.rs`) and, with `HEAPTAG_LOG_MAX`, goes
+//! on in a new segment when one is full (see `segment.rs`).
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::PoisonError;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use allocator_api2::vec::Vec as IVec;
-use heaptag_format::{FrameEncoder, Header, LogSettings, RecordRef, Sink, TagCount, VERSION};
+use heaptag_format::{FrameEncoder, Header, LogSettings, Record, RecordRef, Sink, TagCount, VERSION};
 
+use super::finish::{self, ABANDONED, PENDING};
 use super::ring::Event;
+use super::segment::{self, Segments};
 use super::{procfs, stacks, LogConfig, LogError, LogSummary};
-use super::{RING, SAMPLE_NOW, SIDE, STATE, WRITER};
+use super::{CLOSING, ON, RING, SAMPLE_NOW, STARTING, STATE, WRITER};
 use crate::clock;
 use crate::health::{LOG_EVENTS_LOST, LOG_WRITE_ERRORS};
 use crate::internal::Internal;
@@ -24,7 +28,7 @@ use crate::tag::{self, Tag};
 /// When it cannot grow, bytes are dropped and the failure remembered, so
 /// the frame encoder drops the whole record (and it is counted as lost)
 /// instead of writing a garbled one.
-struct IBuf {
+pub(super) struct IBuf {
     v: IVec<u8, Internal>,
     failed: bool,
 }
@@ -35,6 +39,11 @@ impl IBuf {
             v: IVec::new_in(Internal),
             failed: false,
         }
+    }
+
+    /// The bytes held.
+    pub(super) fn as_bytes(&self) -> &[u8] {
+        &self.v
     }
 }
 
@@ -91,7 +100,20 @@ const BATCH: usize = 4096;
 
 pub(crate) struct Writer {
     fd: libc::c_int,
+    /// The log's path (its first segment's).
     pub(crate) path: PathBuf,
+    /// The file being written (a later segment's, when rotating).
+    file_path: PathBuf,
+    /// The encoded header, the same at the top of every segment.
+    head: IBuf,
+    /// Bytes of the segments already closed.
+    closed_bytes: u64,
+    /// `fsync` each file as it is closed.
+    fsync: bool,
+    /// Rotation state, with `HEAPTAG_LOG_MAX`.
+    seg: Option<Segments>,
+    /// A rotation failed and was reported (reported once).
+    rotate_failed: bool,
     /// Records of the frame being built.
     enc: FrameEncoder<IBuf>,
     /// The frame being written.
@@ -119,78 +141,66 @@ pub(crate) struct Writer {
     last_dropped: u64,
     symbols: bool,
     events: u64,
+    /// Bytes of the file being written.
     bytes: u64,
     /// File offset of the reserve frame.
     reserve_at: u64,
 }
 
+/// Creates the file at `path` (0600, never through a symlink), or with
+/// `overwrite` takes over an existing regular file of ours (see
+/// [`take_over`]); returns its descriptor.
+fn open_file(path: &Path, overwrite: bool) -> Result<libc::c_int, LogError> {
+    let path = path.to_path_buf();
+    if let Ok(m) = std::fs::symlink_metadata(&path) {
+        if m.file_type().is_symlink() {
+            return Err(LogError::Symlink(path));
+        }
+        if !overwrite {
+            return Err(LogError::Exists(path));
+        }
+    }
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| LogError::Io(path.clone(), std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
+    // Overwriting opens without O_TRUNC and without blocking (a FIFO with
+    // no reader would block forever; with one, gives ENXIO or a FIFO),
+    // and checks what it opened before changing anything.
+    let flags = libc::O_WRONLY
+        | libc::O_CREAT
+        | libc::O_CLOEXEC
+        | libc::O_NOFOLLOW
+        | if overwrite { libc::O_NONBLOCK } else { libc::O_EXCL };
+    // SAFETY: `c` is a valid NUL-terminated path; the mode argument is
+    // required with O_CREAT.
+    let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600 as libc::c_uint) };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::EEXIST) => LogError::Exists(path),
+            Some(libc::ELOOP) => LogError::Symlink(path),
+            // O_NONBLOCK on a FIFO with no reader.
+            Some(libc::ENXIO) => LogError::NotRegular(path),
+            _ => LogError::Io(path, e),
+        });
+    }
+    if overwrite {
+        if let Err(e) = take_over(fd, &path) {
+            // SAFETY: `fd` is the descriptor opened above, closed once.
+            unsafe { libc::close(fd) };
+            return Err(e);
+        }
+    }
+    Ok(fd)
+}
+
 impl Writer {
-    /// Creates the file (0600, never through a symlink), or with overwrite
-    /// takes over an existing regular file of ours (see [`take_over`]), and
-    /// writes the header.
-    pub(crate) fn open(cfg: &LogConfig) -> Result<Writer, LogError> {
+    /// Creates the file (see [`open_file`]) and writes the header and the
+    /// reserve frame; with `HEAPTAG_LOG_MAX`, the first record is the
+    /// segment record of segment 0. `ring` is the event buffer's capacity.
+    pub(crate) fn open(cfg: &LogConfig, ring: usize) -> Result<Writer, LogError> {
         let path = cfg.resolved_path();
-        if let Ok(m) = std::fs::symlink_metadata(&path) {
-            if m.file_type().is_symlink() {
-                return Err(LogError::Symlink(path));
-            }
-            if !cfg.overwrite {
-                return Err(LogError::Exists(path));
-            }
-        }
-        let c = CString::new(path.as_os_str().as_bytes())
-            .map_err(|e| LogError::Io(path.clone(), std::io::Error::new(std::io::ErrorKind::InvalidInput, e)))?;
-        // Overwriting opens without O_TRUNC and without blocking (a FIFO with
-        // no reader would block forever; with one, gives ENXIO or a FIFO),
-        // and checks what it opened before changing anything.
-        let flags = libc::O_WRONLY
-            | libc::O_CREAT
-            | libc::O_CLOEXEC
-            | libc::O_NOFOLLOW
-            | if cfg.overwrite { libc::O_NONBLOCK } else { libc::O_EXCL };
-        // SAFETY: `c` is a valid NUL-terminated path; the mode argument is
-        // required with O_CREAT.
-        let fd = unsafe { libc::open(c.as_ptr(), flags, 0o600 as libc::c_uint) };
-        if fd < 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(match e.raw_os_error() {
-                Some(libc::EEXIST) => LogError::Exists(path),
-                Some(libc::ELOOP) => LogError::Symlink(path),
-                // O_NONBLOCK on a FIFO with no reader.
-                Some(libc::ENXIO) => LogError::NotRegular(path),
-                _ => LogError::Io(path, e),
-            });
-        }
-        if cfg.overwrite {
-            if let Err(e) = take_over(fd, &path) {
-                // SAFETY: `fd` is the descriptor opened above, closed once.
-                unsafe { libc::close(fd) };
-                return Err(e);
-            }
-        }
-        let mut w = Writer {
-            fd,
-            path,
-            // Frame 0 is the reserve frame.
-            enc: FrameEncoder::new(IBuf::new(), 1),
-            frame: IBuf::new(),
-            batch: IVec::new_in(Internal),
-            pending_events: 0,
-            tags_sent: 0,
-            stacks_sent: 0,
-            tags_written: 0,
-            stacks_written: 0,
-            resend: false,
-            in_definitions: false,
-            failures: 0,
-            interval_ns: cfg.interval.as_nanos().min(u128::from(u64::MAX)) as u64,
-            last_sample_ns: 0,
-            last_dropped: 0,
-            symbols: cfg.symbols,
-            events: 0,
-            bytes: 0,
-            reserve_at: 0,
-        };
+        let fd = open_file(&path, cfg.overwrite)?;
+        let interval_ns = cfg.interval.as_nanos().min(u128::from(u64::MAX)) as u64;
         let settings = crate::settings();
         let now_mono = clock::now_ns();
         let header = Header {
@@ -204,32 +214,97 @@ impl Writer {
             settings: LogSettings {
                 threshold: settings.threshold as u64,
                 sample_rate: settings.sample_rate,
-                interval_ns: w.interval_ns,
+                interval_ns,
                 fingerprint_min: cfg.fingerprint_min,
                 fingerprint_full: cfg.fingerprint_full,
                 stack_depth: cfg.stack_depth,
-                buffer_events: cfg.buffer_events.clamp(64, 1 << 24).next_power_of_two() as u64,
+                buffer_events: ring as u64,
                 unprefixed_jemalloc: cfg!(feature = "unprefixed_malloc"),
             },
             modules: procfs::modules(),
         };
         let mut head = IBuf::new();
         header.encode(&mut head);
-        if let Err(e) = w.write_all(&head.v) {
-            // SAFETY: `fd` is the descriptor opened above, closed once.
-            unsafe { libc::close(w.fd) };
-            return Err(LogError::Io(w.path, e));
+        let seg = cfg.max.map(|rotate| {
+            // SAFETY: getpid has no preconditions.
+            let pid = unsafe { libc::getpid() } as u64;
+            let salt = std::ptr::addr_of!(head) as u64;
+            let run = crate::internal::mix64(clock::wall_ns() ^ (pid << 40) ^ salt.rotate_left(23));
+            let mut seg = Segments::new(rotate, run, path.clone(), cfg.overwrite, now_mono);
+            seg.keep = cfg.keep;
+            seg
+        });
+        let mut w = Writer {
+            fd,
+            path: path.clone(),
+            file_path: path,
+            head,
+            closed_bytes: 0,
+            fsync: cfg.fsync,
+            seg,
+            rotate_failed: false,
+            // Frame 0 is the reserve frame.
+            enc: FrameEncoder::new(IBuf::new(), 1),
+            frame: IBuf::new(),
+            batch: IVec::new_in(Internal),
+            pending_events: 0,
+            tags_sent: 0,
+            stacks_sent: 0,
+            tags_written: 0,
+            stacks_written: 0,
+            resend: false,
+            in_definitions: false,
+            failures: 0,
+            interval_ns,
+            last_sample_ns: 0,
+            last_dropped: 0,
+            symbols: cfg.symbols,
+            events: 0,
+            bytes: 0,
+            reserve_at: 0,
+        };
+        match w.write_opening(fd) {
+            Ok((bytes, reserve_at)) => {
+                w.bytes = bytes;
+                w.reserve_at = reserve_at;
+            }
+            Err(e) => {
+                // SAFETY: `fd` is the descriptor opened above, closed once.
+                unsafe { libc::close(fd) };
+                return Err(LogError::Io(w.path, e));
+            }
         }
-        w.bytes += head.v.len() as u64;
-        w.reserve_at = w.bytes;
-        let reserve = reserve_frame(None);
-        if let Err(e) = w.write_all(&reserve.v) {
-            // SAFETY: as above.
-            unsafe { libc::close(w.fd) };
-            return Err(LogError::Io(w.path, e));
+        if let Some(seg) = &mut w.seg {
+            seg.created(w.path.clone(), fd);
+            seg.opening_bytes = w.bytes;
+            let (run, time_ns) = (seg.run, now_mono);
+            w.enc.push(RecordRef::Segment { time_ns, run, index: 0 });
         }
-        w.bytes += reserve.v.len() as u64;
         Ok(w)
+    }
+
+    /// Writes the header and the reserve frame to a new file `fd`; returns
+    /// the file's length and the reserve frame's offset.
+    fn write_opening(&self, fd: libc::c_int) -> std::io::Result<(u64, u64)> {
+        quietly(|| write_all_fd(fd, &self.head.v))?;
+        let reserve = reserve_frame(None);
+        quietly(|| write_all_fd(fd, &reserve.v))?;
+        let at = self.head.v.len() as u64;
+        Ok((at + reserve.v.len() as u64, at))
+    }
+
+    /// Makes the file being written known to `finish()`, which records a
+    /// loss in it by path when the writer is stuck.
+    pub(crate) fn publish(&self) {
+        finish::publish_file(self.path.clone(), self.file_path.clone(), self.fd, self.reserve_at);
+    }
+
+    /// The log could not start after all (no writer thread): closes and
+    /// removes the file, which holds nothing but its header.
+    pub(crate) fn discard(self) {
+        // SAFETY: `fd` is open and closed only here.
+        unsafe { libc::close(self.fd) };
+        let _ = std::fs::remove_file(&self.file_path);
     }
 
     /// Rewrites the reserve frame with the current count of lost events.
@@ -255,26 +330,7 @@ impl Writer {
     /// Writes all of `buf` at the file's offset (SIGXFSZ and SIGPIPE held
     /// off: a file size limit gives EFBIG, see [`quietly`]).
     fn write_all(&self, buf: &[u8]) -> std::io::Result<()> {
-        quietly(|| self.write_all_raw(buf))
-    }
-
-    fn write_all_raw(&self, mut buf: &[u8]) -> std::io::Result<()> {
-        while !buf.is_empty() {
-            // SAFETY: `buf` is valid for `buf.len()` bytes; `fd` is open.
-            let n = unsafe { libc::write(self.fd, buf.as_ptr().cast(), buf.len()) };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                if e.kind() == std::io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if n == 0 {
-                return Err(std::io::Error::new(std::io::ErrorKind::WriteZero, "write returned 0"));
-            }
-            buf = &buf[n as usize..];
-        }
-        Ok(())
+        quietly(|| write_all_fd(self.fd, buf))
     }
 
     /// Adds a record to the frame being built; one that does not fit in
@@ -301,6 +357,14 @@ impl Writer {
             return;
         }
         self.frame.truncate(0);
+        if ABANDONED.load(Ordering::Relaxed) {
+            // `finish()` gave up and counted these events as lost: nothing
+            // more is written.
+            self.enc.finish(&mut self.frame);
+            self.pending_events = 0;
+            return;
+        }
+        PENDING.store(self.pending_events, Ordering::Relaxed);
         let written = self.enc.finish(&mut self.frame) && {
             let ok = self.write_all(&self.frame.v).is_ok();
             if !ok {
@@ -316,6 +380,9 @@ impl Writer {
                 self.events += self.pending_events;
                 self.tags_written = self.tags_sent;
                 self.stacks_written = self.stacks_sent;
+                // Relaxed: figures for a summary `finish()` makes alone.
+                finish::BYTES.store(self.closed_bytes + self.bytes, Ordering::Relaxed);
+                finish::EVENTS.store(self.events, Ordering::Relaxed);
             }
             false => {
                 LOG_EVENTS_LOST.fetch_add(self.pending_events, Ordering::Relaxed);
@@ -337,6 +404,7 @@ impl Writer {
             }
         }
         self.pending_events = 0;
+        PENDING.store(0, Ordering::Relaxed);
     }
 
     /// Sends definitions of tags and stacks created (or lost to a failed
@@ -395,8 +463,12 @@ impl Writer {
 
     fn event(&mut self, ev: &Event) {
         let _ = self.put(ev.borrowed());
+        if let Some(seg) = &mut self.seg {
+            seg.live.apply(ev);
+        }
         if ev.kind().is_event() {
             self.pending_events += 1;
+            PENDING.store(self.pending_events, Ordering::Relaxed);
         }
     }
 
@@ -478,11 +550,14 @@ impl Writer {
                 break;
             }
         }
-        let side = std::mem::take(&mut *SIDE.lock().unwrap_or_else(PoisonError::into_inner));
+        let side = super::take_side();
         if !side.is_empty() {
             self.send_definitions();
             for r in &side {
                 self.put(r.borrowed());
+                if let (Some(seg), Record::External { tag, bytes, .. }) = (&mut self.seg, r) {
+                    seg.live.external(*tag, *bytes);
+                }
             }
         }
         let now = clock::now_ns();
@@ -499,45 +574,218 @@ impl Writer {
             });
         }
         self.flush();
+        let rotate = self
+            .seg
+            .as_ref()
+            .is_some_and(|seg| seg.due(self.bytes, clock::now_ns()));
+        if rotate && STATE.load(Ordering::Relaxed) == ON {
+            self.rotate();
+        }
     }
 
-    /// The last cycle, symbols, the end record; closes the file.
-    pub(crate) fn finish(&mut self) -> LogSummary {
-        SAMPLE_NOW.store(true, Ordering::Relaxed);
-        self.cycle();
-        if self.symbols {
-            self.symbolize();
-        }
+    /// Writes the end record of the current file, the lost-event count in
+    /// its reserve frame, `fsync`s it if asked to and closes it.
+    fn close_file(&mut self) {
         let dropped = super::dropped();
         self.put(RecordRef::End {
             time_ns: clock::now_ns(),
             dropped,
         });
         self.flush();
-        if dropped > 0 {
+        if dropped > 0 && !ABANDONED.load(Ordering::Relaxed) {
             self.update_reserve();
         }
-        // SAFETY: `fd` is open and closed only here (the writer was taken
-        // out of WRITER, so no one else holds it).
+        // SAFETY: `fd` is open and closed only here (the writer thread owns
+        // it; nothing else writes to it).
         unsafe {
-            libc::fsync(self.fd);
+            if self.fsync {
+                libc::fsync(self.fd);
+            }
             libc::close(self.fd);
         }
         self.fd = -1;
+    }
+
+    /// Closes the segment being written and goes on in the next one, which
+    /// reads alone (see `segment.rs`): header, `segment`, every definition,
+    /// what is alive. When the next file cannot be created the current one
+    /// goes on growing (said once on stderr) and the rotation is tried again
+    /// a segment's worth later.
+    fn rotate(&mut self) {
+        let now = clock::now_ns();
+        let Some(seg) = &mut self.seg else { return };
+        let next = seg.index + 1;
+        let path = segment::segment_path(&seg.base, next);
+        let opened = open_file(&path, seg.overwrite).and_then(|fd| match self.write_opening(fd) {
+            Ok(at) => Ok((fd, at)),
+            Err(e) => {
+                // SAFETY: `fd` was just opened and is closed once.
+                unsafe { libc::close(fd) };
+                let _ = std::fs::remove_file(&path);
+                Err(LogError::Io(path.clone(), e))
+            }
+        });
+        let (fd, (bytes, reserve_at)) = match opened {
+            Ok(o) => o,
+            Err(e) => {
+                if !self.rotate_failed {
+                    self.rotate_failed = true;
+                    eprintln!("heaptag: cannot start the next log segment ({e}); going on in the current one");
+                }
+                if let Some(seg) = &mut self.seg {
+                    seg.failed(self.bytes, now);
+                }
+                return;
+            }
+        };
+        self.close_file();
+        self.closed_bytes += self.bytes;
+        self.fd = fd;
+        self.bytes = bytes;
+        self.reserve_at = reserve_at;
+        self.file_path = path;
+        self.enc = FrameEncoder::new(IBuf::new(), 1);
+        self.publish();
+        finish::SEGMENTS.store(u64::from(next) + 1, Ordering::Relaxed);
+        let Some(seg) = &mut self.seg else { return };
+        seg.index = next;
+        seg.began_ns = now;
+        seg.retry_at = 0;
+        seg.created(self.file_path.clone(), fd);
+        let run = seg.run;
+        let live = std::mem::take(&mut seg.live);
+        // The opening: the segment record first, then every definition
+        // (sent again from the start), then what is alive.
+        self.resend = false;
+        self.put(RecordRef::Segment {
+            time_ns: now,
+            run,
+            index: next,
+        });
+        self.tags_sent = 0;
+        self.stacks_sent = 0;
+        self.tags_written = 0;
+        self.stacks_written = 0;
+        self.send_definitions();
+        self.put_carried(&live);
+        // After the carried records: a reader takes the first other record
+        // as the end of them.
+        let dropped = super::dropped();
+        if dropped > 0 {
+            self.put(RecordRef::Dropped {
+                time_ns: now,
+                events: dropped,
+            });
+        }
+        if let Some(seg) = &mut self.seg {
+            seg.live = live;
+        }
+        // Counters early in the segment, for a reader of it alone.
+        SAMPLE_NOW.store(true, Ordering::Relaxed);
+        self.flush();
+        let opening = self.bytes;
+        if let Some(seg) = &mut self.seg {
+            seg.opening_bytes = opening;
+        }
+    }
+
+    /// The carried records of what `live` holds.
+    fn put_carried(&mut self, live: &segment::Live) {
+        for (addr, b) in live.sorted_blocks().iter() {
+            let (time_ns, thread, tag, stack, addr, size) = (b.time_ns, b.thread, b.tag, b.stack, *addr, b.size);
+            self.put(if b.tracked {
+                RecordRef::Carried {
+                    time_ns,
+                    thread,
+                    tag,
+                    stack,
+                    addr,
+                    size,
+                }
+            } else {
+                RecordRef::CarriedSample {
+                    time_ns,
+                    thread,
+                    tag,
+                    stack,
+                    addr,
+                    size,
+                    weight: b.weight,
+                }
+            });
+        }
+        // Blocks being resized (a `realloc_begin` written, its `realloc`
+        // not yet): carried at their old address, and after every carried
+        // record moved aside again as the first half of their resize did. A
+        // block whose old address was reused meanwhile (by a block carried
+        // above) cannot be said in this format and is left out: its
+        // `realloc` will find nothing to move.
+        let resizing = || {
+            live.resizing
+                .iter()
+                .filter(|(&(_, addr), _)| !live.blocks.contains_key(&addr))
+        };
+        for (&(_, addr), b) in resizing() {
+            self.put(RecordRef::Carried {
+                time_ns: b.time_ns,
+                thread: b.thread,
+                tag: b.tag,
+                stack: b.stack,
+                addr,
+                size: b.size,
+            });
+        }
+        let now = clock::now_ns();
+        for (&tag, &bytes) in live.external.iter() {
+            self.put(RecordRef::CarriedExternal {
+                time_ns: now,
+                tag,
+                bytes,
+            });
+        }
+        for (&(thread, addr), _) in resizing() {
+            self.put(RecordRef::ReallocBegin {
+                time_ns: now,
+                thread,
+                addr,
+            });
+        }
+    }
+
+    /// The final work, by `deadline` as far as it depends on the writer:
+    /// fingerprints of the live blocks, the last cycle, symbols when asked
+    /// for, the end record; closes the file.
+    pub(crate) fn finish(&mut self, deadline: Instant) -> LogSummary {
+        super::fingerprint_live(heaptag_format::FpWhen::Finish, Some(deadline));
+        // No new events from here on; everything queued before is drained
+        // below. AcqRel: as in `finish.rs`.
+        let _ = STATE.compare_exchange(ON, CLOSING, Ordering::AcqRel, Ordering::Acquire);
+        SAMPLE_NOW.store(true, Ordering::Relaxed);
+        self.cycle();
+        if self.symbols && Instant::now() < deadline {
+            self.symbolize(deadline);
+        }
+        self.close_file();
+        let ended = !ABANDONED.load(Ordering::Relaxed);
         LogSummary {
             path: self.path.clone(),
-            bytes: self.bytes,
+            bytes: self.closed_bytes + self.bytes,
             events: self.events,
-            dropped,
+            dropped: super::dropped(),
+            ended,
+            segments: self.seg.as_ref().map_or(1, |s| s.index + 1),
         }
     }
 
     /// Resolves every frame address of the stacks to function, file, line:
     /// one Symbol record per frame inlined at the address, innermost first
     /// (the `backtrace` crate calls back once per inlined frame), so readers
-    /// can name the `.clone()` inlined into its caller.
-    fn symbolize(&mut self) {
+    /// can name the `.clone()` inlined into its caller. Stops at `deadline`.
+    fn symbolize(&mut self, deadline: Instant) {
         for addr in stacks::all_frames() {
+            if Instant::now() >= deadline {
+                break;
+            }
             let mut found: Vec<(String, String, u32)> = Vec::new();
             // A return address points after the call; resolve the call itself.
             backtrace::resolve(addr.saturating_sub(1) as *mut std::ffi::c_void, |sym| {
@@ -628,7 +876,7 @@ fn sigset(signals: &[libc::c_int]) -> libc::sigset_t {
 /// consumed before the thread's previous mask is restored, so the program
 /// never sees it; one that was pending before is left alone. Signal
 /// dispositions are never changed.
-fn quietly<T>(write: impl FnOnce() -> T) -> T {
+pub(super) fn quietly<T>(write: impl FnOnce() -> T) -> T {
     let block = sigset(&FAULT_SIGNALS);
     // SAFETY: plain data, filled in by the calls below before being read.
     let (mut old, mut before, mut after): (libc::sigset_t, libc::sigset_t, libc::sigset_t) =
@@ -660,9 +908,29 @@ fn quietly<T>(write: impl FnOnce() -> T) -> T {
     r
 }
 
+/// Writes all of `buf` to `fd` at its offset, going on after EINTR.
+fn write_all_fd(fd: libc::c_int, mut buf: &[u8]) -> std::io::Result<()> {
+    while !buf.is_empty() {
+        // SAFETY: `buf` is valid for `buf.len()` bytes; `fd` is open.
+        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(std::io::Error::new(std::io::ErrorKind::WriteZero, "write returned 0"));
+        }
+        buf = &buf[n as usize..];
+    }
+    Ok(())
+}
+
 /// The reserve frame (number 0): `record`, padded to exactly `RESERVE`
 /// payload bytes.
-fn reserve_frame(record: Option<RecordRef<'_>>) -> IBuf {
+pub(super) fn reserve_frame(record: Option<RecordRef<'_>>) -> IBuf {
     let mut enc = FrameEncoder::new(IBuf::new(), 0);
     if let Some(r) = record {
         enc.push(r);
@@ -674,7 +942,8 @@ fn reserve_frame(record: Option<RecordRef<'_>>) -> IBuf {
     frame
 }
 
-/// The writer thread: a cycle every `tick` until the log finishes.
+/// The writer thread: a cycle every `tick` until `finish()` asks for the
+/// final work (see `finish.rs`), which it does, then ends.
 pub(crate) fn run(tick: Duration) {
     let _tag = writer_tag().enter();
     // The writer thread never takes SIGXFSZ or SIGPIPE: its writes get EFBIG
@@ -684,14 +953,29 @@ pub(crate) fn run(tick: Duration) {
     // SAFETY: a valid sigset_t; changes only this thread's mask.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &block, std::ptr::null_mut()) };
     loop {
-        std::thread::sleep(tick);
-        if STATE.load(Ordering::Acquire) != super::ON {
+        let finish_by = finish::wait(tick);
+        // Acquire: the log's state, published with ON by `start`.
+        let state = STATE.load(Ordering::Acquire);
+        if state == STARTING {
+            continue;
+        }
+        if state != ON && state != CLOSING {
+            // Forked (no thread of ours runs in a child), or no log.
             return;
         }
         let mut guard = WRITER.lock().unwrap_or_else(PoisonError::into_inner);
-        match guard.as_mut() {
-            Some(w) => w.cycle(),
-            None => return,
+        match finish_by {
+            None => match guard.as_mut() {
+                Some(w) => w.cycle(),
+                None => return,
+            },
+            Some(deadline) => {
+                let Some(mut w) = guard.take() else { return };
+                drop(guard);
+                let summary = w.finish(deadline);
+                finish::done(summary);
+                return;
+            }
         }
     }
 }

@@ -247,6 +247,46 @@ pub fn check(
     })
 }
 
+/// The groups of tags whose summed peak the policy's `per = "group"`
+/// limits need, one per such rule in order: pass them to loading
+/// ([`crate::model::LoadOptions::groups`]) so the sums are exact.
+pub fn groups(policy: &Policy) -> Vec<crate::model::GroupFn> {
+    policy
+        .rules
+        .iter()
+        .filter(|r| r.limits.iter().any(|l| matches!(l, Limit::MaxPeak(_, Per::Group))))
+        .map(|r| {
+            let sel = r.selector.clone();
+            std::sync::Arc::new(move |k: &crate::model::TagKey| sel.matches_tag(k)) as crate::model::GroupFn
+        })
+        .collect()
+}
+
+/// The index of `rule`'s group in [`groups`].
+fn group_index(policy: &Policy, rule: &Rule) -> Option<usize> {
+    let has = |r: &Rule| r.limits.iter().any(|l| matches!(l, Limit::MaxPeak(_, Per::Group)));
+    let at = policy.rules.iter().position(|r| std::ptr::eq(r, rule))?;
+    has(rule).then(|| policy.rules[..at].iter().filter(|r| has(r)).count())
+}
+
+/// The selected tags' summed peak from the timeline's buckets.
+fn group_peak_from_timeline(m: &Model, tags: &[u32]) -> (u64, u64) {
+    let selected: std::collections::HashSet<u32> = tags.iter().copied().collect();
+    let mut worst = (0u64, 0u64);
+    if m.timeline.names.is_some() {
+        return worst;
+    }
+    let mut sums = crate::model::KeyedSums::default();
+    for b in &m.timeline.buckets {
+        sums.bucket(b, &mut |t| selected.contains(&t).then_some(0));
+        let sum = sums.value(0);
+        if sum > worst.0 {
+            worst = (sum, b.t);
+        }
+    }
+    worst
+}
+
 /// What every rule's evaluation shares: the policy and the baseline.
 struct Ctx<'a> {
     policy: &'a Policy,
@@ -359,22 +399,14 @@ fn evaluate(
             (bytes(max), bytes(worst), offenders.is_empty())
         }
         Limit::MaxPeak(max, Per::Group) => {
-            // Sum of the selected tags at each memory sample.
-            // The timeline lists changes: keep the selected tags' sum up to date.
-            let selected: std::collections::HashSet<u32> = tags.iter().copied().collect();
-            let mut now: heaptag_format::hash::MixMap<u32, u64> = Default::default();
-            let mut sum: u128 = 0;
-            let mut worst = (0u64, 0u64);
-            for (t, per_tag) in &m.timeline {
-                for &(id, b) in per_tag.iter().filter(|(id, _)| selected.contains(id)) {
-                    let old = now.insert(id, b).unwrap_or(0);
-                    sum = sum - u128::from(old) + u128::from(b);
-                }
-                let sum = u64::try_from(sum).unwrap_or(u64::MAX);
-                if sum > worst.0 {
-                    worst = (sum, *t);
-                }
-            }
+            // Sum of the selected tags at each memory sample: summed during
+            // the replay (`groups`, exact on any run length); for a model
+            // loaded without them, from the timeline (exact while it is
+            // not downsampled, an upper bound after).
+            let worst = match group_index(policy, rule).and_then(|g| m.group_peaks.get(g)) {
+                Some(&p) => p,
+                None => group_peak_from_timeline(m, tags),
+            };
             if worst.0 > max {
                 offenders.push(format!(
                     "{} selected tags together held {} at {:.3} s (at the memory samples)",
@@ -415,13 +447,12 @@ fn evaluate(
             (bytes(max), found, v.is_none_or(|v| v <= max))
         }
         Limit::MaxUnattributed(max) => {
-            let untagged: Vec<u32> = m
+            let untagged: std::collections::HashSet<u32> = m
                 .tags
                 .iter()
                 .filter(|(_, k)| **k == Default::default())
                 .map(|(id, _)| *id)
                 .collect();
-            let untagged: std::collections::HashSet<u32> = untagged.into_iter().collect();
             let v: u64 = m.rss_peak.as_ref().map_or(0, |c| {
                 c.per_tag
                     .iter()
@@ -432,6 +463,18 @@ fn evaluate(
                 offenders.push(format!("untagged blocks held {} at the RSS peak", bytes(v)));
             }
             (bytes(max), bytes(v), v <= max)
+        }
+        Limit::MaxTagsWithoutId(max) => {
+            let n = m.tags_without_id_count;
+            if n > max {
+                let shown: Vec<String> = m.tags_without_id.iter().take(5).map(|k| k.to_string()).collect();
+                offenders.push(format!(
+                    "{n} tags got no tag id (every id was in use) and were charged as untagged: {}{}",
+                    shown.join(", "),
+                    if n > shown.len() as u64 { ", ..." } else { "" }
+                ));
+            }
+            (max.to_string(), n.to_string(), n <= max)
         }
         Limit::MaxDroppedEvents(max) => {
             if m.dropped > max {

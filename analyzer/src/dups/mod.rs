@@ -157,6 +157,14 @@ pub struct Dups {
     pub fingerprints: bool,
     /// Smallest fingerprinted block size (from the log's settings).
     pub fingerprint_min_bytes: u64,
+    /// Block lifetimes left out of the analysis to bound memory on a long
+    /// run: ended ones no lifetime of the same content (or site and size)
+    /// overlapped, so they can be part of no duplicate. Each still counts
+    /// as one content of its stage; a group's `blocks` and `original`
+    /// cover the lifetimes kept. Absent (0) unless more than 262,144
+    /// lifetimes were held at once.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub lifetimes_left_out: u64,
     /// Why the verdicts cannot be trusted, if they cannot: events dropped
     /// (a lost free keeps a copy alive forever, a lost fingerprint hides
     /// one), a log cut short, damage skipped.
@@ -311,7 +319,22 @@ pub fn analyze_allowing(m: &Model, allowed: &dyn Fn(&str, &str) -> bool) -> Dups
             }
         }
     }
+    // Lifetimes the model left out (they could be part of no duplicate):
+    // what they count for their stages.
+    let mut pruned: Vec<(u32, crate::model::Pruned)> = m.pruned.iter().map(|(&t, &p)| (t, p)).collect();
+    pruned.sort_unstable_by_key(|e| e.0);
+    for &(tag, p) in &pruned {
+        let s = stages.id(m, tag);
+        if fingerprinted_stage.len() <= s {
+            fingerprinted_stage.resize(s + 1, false);
+        }
+        fingerprinted_stage[s] |= p.fingerprinted;
+        filled += p.filled;
+    }
     let mut runs: Vec<StageRun> = vec![StageRun::default(); stages.names.len()];
+    for &(tag, p) in &pruned {
+        runs[stages.id(m, tag)].contents += p.contents;
+    }
     // Contents per stage, and which contents can be duplicates at all.
     let mut live: Vec<Live> = Vec::new();
     let mut collect =
@@ -479,8 +502,13 @@ pub fn analyze_allowing(m: &Model, allowed: &dyn Fn(&str, &str) -> bool) -> Dups
         filled_blocks: filled,
         fingerprints: m.has_fingerprints(),
         fingerprint_min_bytes: m.header.settings.fingerprint_min,
+        lifetimes_left_out: m.intervals_pruned,
         unverified: unverified(m),
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Why verdicts on this log cannot be trusted, if they cannot.

@@ -347,10 +347,7 @@ fn record_time(r: &Record) -> Option<u64> {
         | Record::CarriedExternal { time_ns, .. }
         | Record::Carried { time_ns, .. }
         | Record::CarriedSample { time_ns, .. } => Some(*time_ns),
-        Record::TagDef { .. }
-        | Record::StackDef { .. }
-        | Record::Symbol { .. }
-        | Record::Pad { .. } => None,
+        Record::TagDef { .. } | Record::StackDef { .. } | Record::Symbol { .. } | Record::Pad { .. } => None,
     }
 }
 

@@ -1,16 +1,32 @@
-//! The model of one log: what the reports need, as replay leaves it.
+//! The model of one run: what the reports need, as replay leaves it.
 //!
-//! [`load`](Model::load) reads a log and replays it (`replay.rs`) into a
-//! [`Model`], in memory bounded by what is alive (plus one small record per
-//! fingerprinted block). Loading reads only the log: names for call sites
-//! come later, from [`crate::symbolize`], and only for the reports that show
-//! them.
+//! [`load`](Model::load) reads a log, or the segments of one rotated log
+//! ([`load_set`](Model::load_set), `segments.rs`), and replays it
+//! (`replay.rs`) into a [`Model`], in memory bounded by what is alive plus
+//! fixed budgets: the timeline is downsampled to at most
+//! [`TIMELINE_BUCKETS`] buckets of per-bucket maxima (`timeline.rs`), and
+//! block lifetimes are kept only for `dups`/`check`, only while they can
+//! still take part in a duplicate. Loading reads only the log: names for
+//! call sites come later, from [`crate::symbolize`], and only for the
+//! reports that show them.
+//!
+//! **Tag numbers.** Every `tag: u32` in the model (in [`TagAcc`] by index,
+//! [`Block`], [`Interval`], [`SiteAcc::tags`], [`Composition::per_tag`], the
+//! timeline) is a *tag number*: the model's key for one tag value (job,
+//! partition, stage), given in the order the values first appear, 0 being
+//! untagged. It is not the log's tag id: a writer retires ids
+//! (`tag_retire`) and reuses them for other tags, and the same value may
+//! come back under another id. [`Model::tag`] names a tag number.
 
 mod ids;
 mod load;
 mod replay;
+mod segments;
+mod timeline;
 
 pub use ids::IdTable;
+pub use segments::{expand_inputs, plan_runs, RunPlan, SegmentInfo};
+pub use timeline::{Bucket, Change, KeyedSums, Timeline, TIMELINE_BUCKETS};
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -129,7 +145,7 @@ impl Obs {
 /// A live tracked block.
 #[derive(Clone, Debug)]
 pub struct Block {
-    /// Tag id.
+    /// Tag number (see the module docs).
     pub tag: u32,
     /// Stack id.
     pub stack: u32,
@@ -169,7 +185,7 @@ impl Block {
 /// The lifetime of a tracked block (for duplicate detection).
 #[derive(Clone, Copy, Debug)]
 pub struct Interval {
-    /// Tag id.
+    /// Tag number.
     pub tag: u32,
     /// Stack id.
     pub stack: u32,
@@ -250,7 +266,7 @@ pub struct SiteAcc {
     pub alloc_bytes: u64,
     /// Blocks allocated (tracked) or sampled.
     pub alloc_count: u64,
-    /// Tags that allocated here (at most 32 kept).
+    /// Tag numbers that allocated here (at most 32 kept).
     pub tags: BTreeSet<u32>,
     /// Changed since the last RSS peak.
     pub(crate) dirty: bool,
@@ -273,7 +289,7 @@ pub struct Composition {
     pub small: (u64, f64),
     /// External (annotated) bytes.
     pub external: u64,
-    /// Per tag: (tag id, tracked, small estimate, external).
+    /// Per tag: (tag number, tracked, small estimate, external).
     pub per_tag: Vec<(u32, u64, u64, i64)>,
     /// Per stack: (stack id, bytes).
     pub per_site: Vec<(u32, u64)>,
@@ -309,27 +325,61 @@ pub struct ProcAcc {
     pub exit: Option<i32>,
 }
 
-/// Everything the reports need from one log.
+/// The log id a tag currently has, and the latest counters of this id
+/// lifetime (a retired id's counters restart at 0 for its next tag).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct IdSlot {
+    /// Tag number the id stands for now (`None`: undefined or retired).
+    pub(crate) tag: Option<u32>,
+    /// Latest cumulative `alloc_bytes` of this lifetime.
+    pub(crate) bytes: u64,
+    /// Latest cumulative `alloc_count` of this lifetime.
+    pub(crate) count: u64,
+}
+
+/// Most distinct tags without an id that are remembered by value.
+pub const TAG_OVERFLOW_KEPT: usize = 1000;
+
+/// Everything the reports need from one run (one log, or the segments of
+/// one rotated log).
 #[derive(Debug, Default)]
 pub struct Model {
-    /// The log's path.
+    /// The log's path (the first segment's, for a set of segments).
     pub path: PathBuf,
-    /// Its header.
+    /// The segments read, in order (empty for a log that is not segmented).
+    pub segments: Vec<PathBuf>,
+    /// Its header (the first segment's).
     pub header: Header,
-    /// Tag definitions by id.
+    /// Tag values by tag number (0: untagged). One entry per distinct
+    /// value, however many ids it had over the run.
     pub tags: MixMap<u32, TagKey>,
+    /// Tags the writer could give no id (every id in use; `tag_overflow`
+    /// records): their allocations were charged as untagged. At most
+    /// [`TAG_OVERFLOW_KEPT`] kept, the first ones seen.
+    pub tags_without_id: Vec<TagKey>,
+    /// How many distinct tags got no id (kept or not; past 64,000 distinct
+    /// ones, a tag named again in a later segment counts again).
+    pub tags_without_id_count: u64,
     /// Stack definitions.
     pub stacks: MixMap<u32, Vec<u64>>,
     /// Resolved frames (the innermost frame at each address).
     pub symbols: MixMap<u64, Sym>,
     /// The frames each address's code was inlined into, innermost first.
     pub inlined: MixMap<u64, Vec<Sym>>,
-    /// Per tag id (memory bounded by the definitions seen, see [`IdTable`]).
+    /// Per tag number (memory bounded by the values seen, see [`IdTable`]).
     pub tag_acc: IdTable<TagAcc>,
     /// Per stack id.
     pub site_acc: IdTable<SiteAcc>,
-    /// Lifetimes of blocks of at least the fingerprint size (or fingerprinted).
+    /// Lifetimes of blocks of at least the fingerprint size (or
+    /// fingerprinted), for `dups`/`check` only: those that may take part in
+    /// a duplicate (see `Model::load`'s `intervals`).
     pub intervals: Vec<Interval>,
+    /// Lifetimes left out because they could not be part of a duplicate
+    /// (no other kept lifetime of the same content or site and size
+    /// overlapped them), once more than [`INTERVALS_KEPT`] were held.
+    pub intervals_pruned: u64,
+    /// What the pruned lifetimes held, per tag number (for `dups`' counts).
+    pub pruned: MixMap<u32, Pruned>,
     /// Observations of the intervals' contents, each interval's together.
     pub observations: Vec<Obs>,
     /// Fingerprints that found their block.
@@ -340,14 +390,14 @@ pub struct Model {
     pub rss_peak: Option<Composition>,
     /// Composition at the attributed peak (filled by a second pass).
     pub attributed_composition: Option<Composition>,
-    /// Per-tag live bytes at each RSS sample, as changes: (time, [(tag,
-    /// bytes now)]) lists the tags whose live bytes changed since the
-    /// previous sample (a tag not listed holds what it held before; 0 at
-    /// the start), so the series costs what the log recorded, not samples
-    /// x tags.
-    pub timeline: Vec<(u64, Vec<(u32, u64)>)>,
-    /// VmRSS at each RSS sample (same times as `timeline`).
-    pub rss_series: Vec<u64>,
+    /// Live bytes per tag number (or per group, see [`Timeline`]) at the RSS
+    /// samples, downsampled to at most [`TIMELINE_BUCKETS`] buckets of
+    /// per-bucket maxima (one sample per bucket while they fit), with VmRSS.
+    pub timeline: Timeline,
+    /// Highest sum of each group of tags asked for at loading
+    /// ([`LoadOptions::groups`]) at one RSS sample, and when: exact, not
+    /// downsampled.
+    pub group_peaks: Vec<(u64, u64)>,
     /// Marks.
     pub marks: Vec<(u64, String)>,
     /// Processes sampled from outside (`heaptag run` / `watch` logs).
@@ -362,6 +412,8 @@ pub struct Model {
     pub ended: bool,
     /// Damage found while reading.
     pub problems: Vec<Problem>,
+    /// The file of each of `problems` (a run may be several segments).
+    pub problem_sources: Vec<PathBuf>,
     /// Damage found in the values (overflowing figures, undefined ids),
     /// one line each.
     pub damage: Vec<String>,
@@ -406,18 +458,127 @@ pub struct Model {
     pk_sites: MixMap<u32, u64>,
     /// Index in `procs` by pid.
     proc_index: MixMap<u32, usize>,
-    /// Keep block lifetimes (only `heaptag dups` needs them).
+    /// Keep block lifetimes (only `heaptag dups` and `check` need them).
     want_intervals: bool,
+    /// Lifetimes held before pruning ([`LoadOptions::intervals_kept`]).
+    intervals_kept: usize,
+    /// Log id -> tag number now, with the id lifetime's counters.
+    ids: IdTable<IdSlot>,
+    /// Tag value -> tag number.
+    tag_number: std::collections::HashMap<TagKey, u32>,
+    /// Distinct tags without an id seen (capped like `tags_without_id`).
+    overflow_seen: std::collections::HashSet<TagKey>,
+    /// Per tag number: the groups ([`LoadOptions::groups`]) it belongs to
+    /// (`None`: not yet worked out).
+    group_of: Vec<Option<Vec<u32>>>,
+    /// Group predicates and the timeline's key.
+    hooks: Hooks,
+    /// Each group's sum now.
+    group_sums: Vec<u128>,
+    /// Per tag number: live bytes at the previous RSS sample.
+    tl_prev: IdTable<u64>,
+    /// Per tag number: its timeline series + 2 (0: not yet worked out, 1:
+    /// left out).
+    series_of: IdTable<u32>,
+    /// Each named series' sum now.
+    series_sums: Vec<u128>,
+    /// Named series' index by name.
+    series_index: std::collections::HashMap<String, u32>,
+    /// Segment state (`segments.rs`).
+    pub(crate) seg: segments::SegState,
+    /// Interval pruning state (`replay.rs`).
+    pub(crate) prune: replay::PruneState,
+}
+
+/// What `dups` counts of the lifetimes of one tag that were left out.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Pruned {
+    /// Lifetimes with a distinct-bytes content (or, without a fingerprint,
+    /// a site and size): each counted as one content of its stage.
+    pub contents: u64,
+    /// Lifetimes only ever seen zero- or constant-filled.
+    pub filled: u64,
+    /// Any of them was fingerprinted (the stage speaks by fingerprint).
+    pub fingerprinted: bool,
+}
+
+/// Most block lifetimes held before those that cannot be part of a
+/// duplicate are left out (`Model::intervals_pruned`).
+pub const INTERVALS_KEPT: usize = 1 << 18;
+
+/// A predicate on tag values: one group of [`LoadOptions::groups`].
+pub type GroupFn = std::sync::Arc<dyn Fn(&TagKey) -> bool + Send + Sync>;
+
+/// A tag value's timeline series name (`None`: left out).
+pub type KeyFn = std::sync::Arc<dyn Fn(&TagKey) -> Option<String> + Send + Sync>;
+
+/// What a command needs from loading besides the replay itself.
+#[derive(Clone, Default)]
+pub struct LoadOptions {
+    /// A second pass to the attributed peak (`heaptag peak`).
+    pub peak: bool,
+    /// Keep block lifetimes (`heaptag dups`, `heaptag check`).
+    pub intervals: bool,
+    /// Groups of tags whose summed live bytes' highest value at an RSS
+    /// sample is wanted exactly (`check`'s `per = "group"`): one predicate
+    /// each, results in [`Model::group_peaks`].
+    pub groups: Vec<GroupFn>,
+    /// Lifetimes held before those that can be part of no duplicate are
+    /// left out (default [`INTERVALS_KEPT`]; a test lowers it).
+    pub intervals_kept: Option<usize>,
+    /// Group the timeline by this key (`heaptag timeline --by`) instead of
+    /// by tag number, so each bucket holds the maximum of each key's sum
+    /// (exact), not of each tag.
+    pub timeline_key: Option<KeyFn>,
+}
+
+/// The predicates a model was loaded with.
+#[derive(Clone, Default)]
+struct Hooks {
+    groups: Vec<GroupFn>,
+    timeline_key: Option<KeyFn>,
+}
+
+impl std::fmt::Debug for Hooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hooks")
+            .field("groups", &self.groups.len())
+            .field("timeline_key", &self.timeline_key.is_some())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for LoadOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadOptions")
+            .field("peak", &self.peak)
+            .field("intervals", &self.intervals)
+            .field("intervals_kept", &self.intervals_kept)
+            .field("groups", &self.groups.len())
+            .field("timeline_key", &self.timeline_key.is_some())
+            .finish()
+    }
 }
 
 impl Model {
-    /// The tag's definition: untagged for id 0, marked undefined for any
-    /// other id the log never defined.
-    pub fn tag(&self, id: u32) -> TagKey {
-        self.tags.get(&id).cloned().unwrap_or_else(|| TagKey {
-            undefined: (id != 0).then_some(id),
+    /// The value of tag number `tag`: untagged for 0; a number the model
+    /// did not give out reads as an undefined tag.
+    pub fn tag(&self, tag: u32) -> TagKey {
+        self.tags.get(&tag).cloned().unwrap_or_else(|| TagKey {
+            undefined: (tag != 0).then_some(tag),
             ..TagKey::default()
         })
+    }
+
+    /// VmRSS at each timeline point (the highest of its samples): what
+    /// `rss_series` held before the timeline was downsampled.
+    pub fn rss_series(&self) -> Vec<u64> {
+        self.timeline.buckets.iter().map(|b| b.rss).collect()
+    }
+
+    /// The tag number of a tag value, if the run has it.
+    pub fn tag_number(&self, k: &TagKey) -> Option<u32> {
+        self.tag_number.get(k).copied()
     }
 
     /// Tags that ever held or allocated anything, with their figures.

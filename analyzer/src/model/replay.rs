@@ -6,6 +6,13 @@ use heaptag_format::Record;
 use super::{Block, Composition, Fp, Interval, Model, Obs, ProcAcc, Sample, Sym, TagAcc, TagKey};
 use crate::text::printable;
 
+/// When to leave out block lifetimes next (`Model::prune_intervals`).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct PruneState {
+    /// Prune when this many lifetimes are held.
+    next: usize,
+}
+
 /// `*x += v`, saturating; raises `of` when it had to.
 #[inline]
 fn add(x: &mut u64, v: u64, of: &mut bool) {
@@ -150,16 +157,151 @@ impl Model {
             first_obs,
             n_obs: (self.observations.len() - before) as u32,
         });
+        if end.is_some() && self.intervals.len() >= self.prune.next.max(self.intervals_kept) {
+            self.prune_intervals();
+        }
     }
 
-    fn end_block(&mut self, b: Block, t: u64) {
+    /// Leaves out the ended lifetimes that can no longer take part in a
+    /// duplicate: no kept lifetime with one of its contents (or, without a
+    /// fingerprint, its site and size) overlapped it, and no block alive
+    /// now began before it ended (a block alive now may still be
+    /// fingerprinted with its content). What `dups` counts of them (a
+    /// content of its stage, a filled block) is kept per tag number.
+    pub(super) fn prune_intervals(&mut self) {
+        // Per size, the earliest start of a block of that size alive now
+        // (only a block of the same size can hold the same content).
+        let mut live_start: heaptag_format::hash::MixMap<u64, u64> = Default::default();
+        for b in self.live.values().chain(self.moving.values()) {
+            let e = live_start.entry(b.size).or_insert(u64::MAX);
+            *e = (*e).min(b.start);
+        }
+        // (kind, size, hash or stack, start, end, interval) per content key.
+        let mut keyed: Vec<(u8, u64, u64, u64, u64, u32)> = Vec::new();
+        for (k, i) in self.intervals.iter().enumerate() {
+            let obs = self.observations_of(i);
+            let end = i.end.unwrap_or(u64::MAX);
+            if obs.iter().any(|o| o.when.is_some()) {
+                for o in obs {
+                    if let Some(fp) = o.fp().filter(|f| f.fill == heaptag_format::Fill::Mixed) {
+                        keyed.push((0, i.size, fp.hash, i.start, end, k as u32));
+                    }
+                }
+            } else {
+                keyed.push((1, i.size, u64::from(i.stack), i.start, end, k as u32));
+            }
+        }
+        keyed.sort_unstable();
+        keyed.dedup_by_key(|e| (e.0, e.1, e.2, e.5));
+        let mut keep = vec![false; self.intervals.len()];
+        for run in keyed.chunk_by(|a, b| (a.0, a.1, a.2) == (b.0, b.1, b.2)) {
+            // Clusters of lifetimes that overlap one after another: every
+            // member of a cluster of two or more is kept.
+            let mut from = 0;
+            let mut reach = run[0].4;
+            for j in 1..=run.len() {
+                if j < run.len() && run[j].3 <= reach {
+                    reach = reach.max(run[j].4);
+                    continue;
+                }
+                let distinct = run[from..j]
+                    .iter()
+                    .map(|e| e.5)
+                    .collect::<std::collections::BTreeSet<_>>();
+                if distinct.len() > 1 {
+                    for e in &run[from..j] {
+                        keep[e.5 as usize] = true;
+                    }
+                }
+                if j < run.len() {
+                    from = j;
+                    reach = run[j].4;
+                }
+            }
+        }
+        let old = std::mem::take(&mut self.intervals);
+        let old_obs = std::mem::take(&mut self.observations);
+        for (k, i) in old.into_iter().enumerate() {
+            let end = i.end.unwrap_or(u64::MAX);
+            let first = i.first_obs as usize;
+            let obs = old_obs.get(first..first + i.n_obs as usize).unwrap_or_default();
+            if keep[k] || end >= live_start.get(&i.size).copied().unwrap_or(u64::MAX) {
+                let first_obs = self.observations.len() as u32;
+                self.observations.extend_from_slice(obs);
+                self.intervals.push(Interval { first_obs, ..i });
+                continue;
+            }
+            self.intervals_pruned += 1;
+            let p = self.pruned.entry(i.tag).or_default();
+            if obs.iter().any(|o| o.when.is_some()) {
+                p.fingerprinted = true;
+                if obs
+                    .iter()
+                    .filter_map(Obs::fp)
+                    .all(|f| f.fill != heaptag_format::Fill::Mixed)
+                {
+                    p.filled += 1;
+                } else {
+                    p.contents += 1;
+                }
+            } else if end > i.start {
+                p.contents += 1;
+            }
+        }
+        // Next time when twice as many are held: amortized, however many
+        // must be kept.
+        self.prune.next = self.intervals.len().saturating_mul(2).max(self.intervals_kept);
+    }
+
+    pub(super) fn end_block(&mut self, b: Block, t: u64) {
         self.shrink(b.tag, b.stack, b.size, true);
         self.keep_lifetime(b, Some(t));
+    }
+
+    /// A tracked block allocated (its peaks stamped `t`).
+    pub(super) fn add_block(&mut self, t: u64, tag: u32, stack: u32, addr: u64, size: u64) {
+        let mut of = false;
+        let a = self.acc(tag);
+        add(&mut a.tracked_alloc, size, &mut of);
+        a.tracked_count += 1;
+        self.overflowed |= of;
+        self.grow(tag, stack, size, true, t);
+        if let Some(old) = self.live.insert(addr, Block::new(tag, stack, size, t)) {
+            // An allocation at a live address: its free was dropped.
+            self.end_block(old, t);
+        }
+    }
+
+    /// A small block sampled.
+    pub(super) fn add_sample(&mut self, t: u64, tag: u32, stack: u32, addr: u64, s: Sample) {
+        self.grow(tag, stack, s.weight, false, t);
+        let a = self.acc(tag);
+        a.small_var += s.var();
+        a.small_samples += 1;
+        self.small_var += s.var();
+        if let Some(old) = self.samples.insert(addr, s) {
+            self.drop_sample(old);
+        }
+    }
+
+    /// External bytes added (or released, negative) by tag number `tag`.
+    pub(super) fn external_delta(&mut self, tag: u32, bytes: i64) {
+        let mut of = false;
+        let a = self.tag_acc.entry(tag);
+        add_signed(&mut a.external, bytes, &mut of);
+        Model::touch(a, tag, &mut self.tl_dirty, &mut self.pk_tags_dirty);
+        add_signed(&mut self.external, bytes, &mut of);
+        self.overflowed |= of;
     }
 
     pub(super) fn apply(&mut self, rec: Record) {
         if rec.is_event() {
             self.events += 1;
+        }
+        if (self.seg.mode != super::segments::Mode::Off || matches!(rec, Record::Segment { .. }))
+            && self.segment_record(&rec)
+        {
+            return;
         }
         match rec {
             Record::TagDef {
@@ -168,16 +310,52 @@ impl Model {
                 stage,
                 partition,
             } => {
-                self.tags.insert(
-                    id,
-                    TagKey {
-                        job,
-                        stage: stage.map(printable),
-                        partition,
-                        undefined: None,
-                    },
-                );
-                self.tag_acc.defined();
+                let key = TagKey {
+                    job,
+                    stage: stage.map(printable),
+                    partition,
+                    undefined: None,
+                };
+                let tag = self.number_of(key);
+                self.ids.defined();
+                let slot = self.ids.entry(id);
+                // The same id for the same value again (a segment repeats
+                // the definitions it uses): the same lifetime goes on.
+                if slot.tag != Some(tag) {
+                    *slot = super::IdSlot {
+                        tag: Some(tag),
+                        bytes: 0,
+                        count: 0,
+                    };
+                }
+            }
+            Record::TagRetire { time_ns, id } => {
+                self.time(time_ns);
+                // The id is free: its next definition is another lifetime.
+                *self.ids.entry(id) = super::IdSlot::default();
+            }
+            Record::TagOverflow {
+                time_ns,
+                job,
+                partition,
+                stage,
+            } => {
+                self.time(time_ns);
+                let key = TagKey {
+                    job,
+                    stage: stage.map(printable),
+                    partition,
+                    undefined: None,
+                };
+                if !self.overflow_seen.contains(&key) {
+                    self.tags_without_id_count += 1;
+                    if self.overflow_seen.len() < super::TAG_OVERFLOW_KEPT * 64 {
+                        self.overflow_seen.insert(key.clone());
+                    }
+                    if self.tags_without_id.len() < super::TAG_OVERFLOW_KEPT {
+                        self.tags_without_id.push(key);
+                    }
+                }
             }
             Record::StackDef { id, frames } => {
                 self.stacks.insert(id, frames);
@@ -210,16 +388,8 @@ impl Model {
                 ..
             } => {
                 let t = self.time(time_ns);
-                let mut of = false;
-                let a = self.acc(tag);
-                add(&mut a.tracked_alloc, size, &mut of);
-                a.tracked_count += 1;
-                self.overflowed |= of;
-                self.grow(tag, stack, size, true, t);
-                if let Some(old) = self.live.insert(addr, Block::new(tag, stack, size, t)) {
-                    // An allocation at a live address: its free was dropped.
-                    self.end_block(old, t);
-                }
+                let tag = self.tag_of(tag);
+                self.add_block(t, tag, stack, addr, size);
             }
             Record::Free { time_ns, addr, .. } => {
                 let t = self.time(time_ns);
@@ -244,6 +414,7 @@ impl Model {
                 ..
             } => {
                 let t = self.time(time_ns);
+                let tag = self.tag_of(tag);
                 let old = self
                     .moving
                     .remove(&(thread, old_addr))
@@ -289,20 +460,14 @@ impl Model {
                 ..
             } => {
                 let t = self.time(time_ns);
+                let tag = self.tag_of(tag);
                 let s = Sample {
                     tag,
                     stack,
                     size,
                     weight,
                 };
-                self.grow(tag, stack, weight, false, t);
-                let a = self.acc(tag);
-                a.small_var += s.var();
-                a.small_samples += 1;
-                self.small_var += s.var();
-                if let Some(old) = self.samples.insert(addr, s) {
-                    self.drop_sample(old);
-                }
+                self.add_sample(t, tag, stack, addr, s);
             }
             Record::SampleFree { time_ns, addr, .. } => {
                 self.time(time_ns);
@@ -335,9 +500,26 @@ impl Model {
             Record::Counters { time_ns, tags } => {
                 self.time(time_ns);
                 for c in tags {
-                    let a = self.acc(c.tag);
-                    a.alloc_bytes = Some(c.alloc_bytes);
-                    a.alloc_count = Some(c.alloc_count);
+                    // Cumulative per id lifetime: a tag's figure is the sum
+                    // of its lifetimes' latest counters.
+                    let tag = self.tag_of(c.tag);
+                    let slot = self.ids.entry(c.tag);
+                    let (was_bytes, was_count) = (slot.bytes, slot.count);
+                    slot.bytes = c.alloc_bytes;
+                    slot.count = c.alloc_count;
+                    let a = self.acc(tag);
+                    a.alloc_bytes = Some(
+                        a.alloc_bytes
+                            .unwrap_or(0)
+                            .saturating_sub(was_bytes)
+                            .saturating_add(c.alloc_bytes),
+                    );
+                    a.alloc_count = Some(
+                        a.alloc_count
+                            .unwrap_or(0)
+                            .saturating_sub(was_count)
+                            .saturating_add(c.alloc_count),
+                    );
                 }
             }
             Record::Totals {
@@ -397,25 +579,14 @@ impl Model {
                     self.rss_peak = Some(c);
                     self.peak_pending = true;
                 }
-                let mut changes: Vec<(u32, u64)> = Vec::with_capacity(self.tl_dirty.len());
-                for tag in std::mem::take(&mut self.tl_dirty) {
-                    let a = self.tag_acc.entry(tag);
-                    a.dirty &= !1;
-                    changes.push((tag, a.tracked.saturating_add(a.small)));
-                }
-                self.timeline.push((t, changes));
-                self.rss_series.push(vm_rss);
+                self.timeline_sample(t, vm_rss);
             }
             Record::External {
                 time_ns, tag, bytes, ..
             } => {
                 self.time(time_ns);
-                let mut of = false;
-                let a = self.tag_acc.entry(tag);
-                add_signed(&mut a.external, bytes, &mut of);
-                Model::touch(a, tag, &mut self.tl_dirty, &mut self.pk_tags_dirty);
-                add_signed(&mut self.external, bytes, &mut of);
-                self.overflowed |= of;
+                let tag = self.tag_of(tag);
+                self.external_delta(tag, bytes);
             }
             Record::Dropped { events, time_ns } => {
                 self.time(time_ns);
@@ -465,19 +636,153 @@ impl Model {
                     p.exit = Some(code);
                 }
             }
-            // Tag reuse and log segments (issue 16): read by the segment-set
-            // loader; until then the times keep the clock right.
-            Record::TagRetire { time_ns, .. }
-            | Record::TagOverflow { time_ns, .. }
-            | Record::Segment { time_ns, .. }
-            | Record::CarriedExternal { time_ns, .. } => {
+            // Log segments: the loader (segments.rs) takes these records
+            // before replay; one seen here is out of place (not right after
+            // a segment's start) and is applied as the live state it says.
+            Record::Segment { time_ns, .. } => {
                 self.time(time_ns);
             }
-            Record::Carried { .. } | Record::CarriedSample { .. } => {}
+            r @ (Record::Carried { .. } | Record::CarriedSample { .. } | Record::CarriedExternal { .. }) => {
+                self.carried(r)
+            }
         }
     }
 
-    fn drop_sample(&mut self, s: Sample) {
+    /// The tag number of log id `id` now: its definition's value, untagged
+    /// for 0, else an undefined tag of that id (one number per id).
+    #[inline]
+    pub(super) fn tag_of(&mut self, id: u32) -> u32 {
+        if let Some(tag) = self.ids.get(id).and_then(|s| s.tag) {
+            return tag;
+        }
+        self.tag_of_slow(id)
+    }
+
+    #[cold]
+    fn tag_of_slow(&mut self, id: u32) -> u32 {
+        let key = TagKey {
+            undefined: (id != 0).then_some(id),
+            ..TagKey::default()
+        };
+        let tag = self.number_of(key);
+        let slot = self.ids.entry(id);
+        slot.tag = Some(tag);
+        tag
+    }
+
+    /// The tag number of a value, given out when new.
+    pub(super) fn number_of(&mut self, key: TagKey) -> u32 {
+        if let Some(&n) = self.tag_number.get(&key) {
+            return n;
+        }
+        let n = u32::try_from(self.tags.len()).unwrap_or(u32::MAX);
+        self.tags.insert(n, key.clone());
+        self.tag_number.insert(key, n);
+        self.tag_acc.defined();
+        self.tl_prev.defined();
+        self.series_of.defined();
+        n
+    }
+
+    /// One RSS sample into the timeline and the group sums: the tags
+    /// changed since the previous sample, and their series.
+    fn timeline_sample(&mut self, t: u64, vm_rss: u64) {
+        let dirty = std::mem::take(&mut self.tl_dirty);
+        let mut changes: Vec<(u32, u64, u64)> = Vec::with_capacity(dirty.len());
+        let named = self.hooks.timeline_key.is_some();
+        // Index in `changes` by series (named series gather several tags).
+        let mut at: heaptag_format::hash::MixMap<u32, usize> = Default::default();
+        for &tag in &dirty {
+            let a = self.tag_acc.entry(tag);
+            a.dirty &= !1;
+            let now = a.tracked.saturating_add(a.small);
+            let prev = std::mem::replace(self.tl_prev.entry(tag), now);
+            if now == prev {
+                continue;
+            }
+            if !self.hooks.groups.is_empty() {
+                for g in self.groups_of(tag) {
+                    let sum = &mut self.group_sums[g as usize];
+                    *sum = *sum - u128::from(prev) + u128::from(now);
+                }
+            }
+            if named {
+                if let Some(series) = self.series_for(tag) {
+                    let sum = &mut self.series_sums[series as usize];
+                    let before = *sum;
+                    *sum = *sum - u128::from(prev) + u128::from(now);
+                    let clamp = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
+                    match at.get(&series) {
+                        Some(&i) => changes[i].2 = clamp(*sum),
+                        None => {
+                            at.insert(series, changes.len());
+                            changes.push((series, clamp(before), clamp(*sum)));
+                        }
+                    }
+                }
+            } else {
+                changes.push((tag, prev, now));
+            }
+        }
+        self.tl_dirty = dirty;
+        self.tl_dirty.clear();
+        for (g, sum) in self.group_sums.iter().enumerate() {
+            let sum = u64::try_from(*sum).unwrap_or(u64::MAX);
+            if let Some(p) = self.group_peaks.get_mut(g) {
+                if sum > p.0 {
+                    *p = (sum, t);
+                }
+            }
+        }
+        self.timeline.push(t, vm_rss, &changes);
+    }
+
+    /// The groups tag number `tag` belongs to.
+    fn groups_of(&mut self, tag: u32) -> Vec<u32> {
+        let i = tag as usize;
+        if self.group_of.len() <= i {
+            self.group_of.resize(i + 1, None);
+        }
+        if self.group_of[i].is_none() {
+            let k = self.tag(tag);
+            let gs = (0..self.hooks.groups.len() as u32)
+                .filter(|&g| (self.hooks.groups[g as usize])(&k))
+                .collect();
+            self.group_of[i] = Some(gs);
+        }
+        self.group_of[i].clone().unwrap_or_default()
+    }
+
+    /// The named timeline series of tag number `tag` (`None`: left out).
+    fn series_for(&mut self, tag: u32) -> Option<u32> {
+        let cached = *self.series_of.entry(tag);
+        if cached >= 2 {
+            return Some(cached - 2);
+        }
+        if cached == 1 {
+            return None;
+        }
+        let k = self.tag(tag);
+        let name = self.hooks.timeline_key.as_ref().and_then(|f| f(&k));
+        let v = match name {
+            None => 1,
+            Some(name) => {
+                let next = self.series_index.len() as u32;
+                let s = *self.series_index.entry(name.clone()).or_insert(next);
+                if s == next {
+                    self.series_sums.push(0);
+                    if let Some(names) = self.timeline.names.as_mut() {
+                        names.push(name);
+                    }
+                }
+                s + 2
+            }
+        };
+        *self.series_of.entry(tag) = v;
+        v.checked_sub(2)
+    }
+
+    pub(super) fn drop_sample(&mut self, s: Sample) {
         self.shrink(s.tag, s.stack, s.weight, false);
         let v = s.var();
         let a = self.acc(s.tag);
@@ -568,8 +873,7 @@ impl Model {
         }
         let undefined: Vec<u32> = self
             .tags_used()
-            .map(|(id, _)| id)
-            .filter(|id| *id != 0 && !self.tags.contains_key(id))
+            .filter_map(|(n, _)| self.tags.get(&n).and_then(|k| k.undefined))
             .collect();
         if let Some(first) = undefined.first() {
             self.damage.push(format!(

@@ -72,6 +72,7 @@ struct RuleSpec {
     max_outside_jemalloc: Option<Spanned<Value>>,
     max_unattributed: Option<Spanned<Value>>,
     max_dropped_events: Option<Spanned<Value>>,
+    max_tags_without_id: Option<Spanned<Value>>,
     max_increase: Option<Spanned<Value>>,
     include_small: Option<Spanned<Value>>,
 }
@@ -167,6 +168,8 @@ pub enum Limit {
     MaxUnattributed(u64),
     /// Events the writer dropped.
     MaxDroppedEvents(u64),
+    /// Tags the writer could give no id (`tag_overflow` records).
+    MaxTagsWithoutId(u64),
     /// Growth of peak live bytes over the baseline, in percent.
     MaxIncrease(f64),
 }
@@ -181,6 +184,7 @@ impl Limit {
             Limit::MaxOutsideJemalloc(_) => "max_outside_jemalloc",
             Limit::MaxUnattributed(_) => "max_unattributed",
             Limit::MaxDroppedEvents(_) => "max_dropped_events",
+            Limit::MaxTagsWithoutId(_) => "max_tags_without_id",
             Limit::MaxIncrease(_) => "max_increase",
         }
     }
@@ -410,6 +414,9 @@ impl Policy {
             if let Some(n) = count("max_dropped_events", &r.max_dropped_events)? {
                 limits.push(Limit::MaxDroppedEvents(n));
             }
+            if let Some(n) = count("max_tags_without_id", &r.max_tags_without_id)? {
+                limits.push(Limit::MaxTagsWithoutId(n));
+            }
             if let Some(v) = &r.max_increase {
                 limits.push(Limit::MaxIncrease(value::percent("max_increase", v).map_err(typed)?));
             }
@@ -418,7 +425,7 @@ impl Policy {
                     Some(line_span(text, line)),
                     None,
                     "the rule sets no limit (max_copies, max_peak, max_rss, max_outside_jemalloc, max_unattributed, \
-                     max_dropped_events or max_increase)"
+                     max_dropped_events, max_tags_without_id or max_increase)"
                         .into(),
                 ));
             }

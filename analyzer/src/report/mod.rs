@@ -12,7 +12,7 @@ mod timeline;
 pub use dups::{dups, DupsReport, DupsSection};
 pub use peak::{peak, Holding, Moment, Peak, PeakSection, SiteHolding};
 pub use sites::{sites, sites_with, SiteRow, Sites, SitesOptions, SitesSection};
-pub use timeline::{timeline, By, Series, Timeline, TimelineSection};
+pub use timeline::{key_of, timeline, By, Series, Timeline, TimelineSection};
 
 use std::collections::BTreeMap;
 
@@ -52,11 +52,48 @@ pub struct Source {
     pub dropped_events: u64,
     /// Frees of blocks allocated before the log began (or whose allocation was dropped).
     pub unmatched_frees: u64,
+    /// The segments read as this run, in order (a rotated log); absent for
+    /// a log that is not segmented.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub segments: Vec<String>,
+    /// Tags the process could give no tag id (every id in use): their
+    /// memory is in `untagged`. Absent (0) on a healthy run.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub tags_without_id: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The warning for tags that got no tag id, if any did.
+pub fn tags_without_id_line(m: &Model) -> Option<String> {
+    let n = m.tags_without_id_count;
+    (n > 0).then(|| {
+        let shown: Vec<String> = m.tags_without_id.iter().take(3).map(|k| k.to_string()).collect();
+        format!(
+            "{n} tag{} got no tag id (every id was in use) and {} charged as untagged (first: {}{})",
+            if n == 1 { "" } else { "s" },
+            if n == 1 { "was" } else { "were" },
+            shown.join(", "),
+            if n > shown.len() as u64 { ", ..." } else { "" }
+        )
+    })
 }
 
 impl Source {
     pub(crate) fn of(m: &Model) -> Source {
-        let mut problems: Vec<String> = m.problems.iter().map(|p| p.to_string()).collect();
+        let mut problems: Vec<String> = m
+            .problems
+            .iter()
+            .enumerate()
+            .map(
+                |(i, p)| match m.problem_sources.get(i).filter(|_| !m.segments.is_empty()) {
+                    Some(f) => format!("{}: {p}", f.display()),
+                    None => p.to_string(),
+                },
+            )
+            .collect();
         problems.extend(m.damage.iter().cloned());
         if !m.ended {
             problems.push(
@@ -65,6 +102,7 @@ impl Source {
                     .into(),
             );
         }
+        problems.extend(tags_without_id_line(m));
         Source {
             log: m.path.display().to_string(),
             pid: m.header.pid,
@@ -74,6 +112,8 @@ impl Source {
             problems,
             dropped_events: m.dropped,
             unmatched_frees: m.unmatched_frees,
+            segments: m.segments.iter().map(|p| p.display().to_string()).collect(),
+            tags_without_id: m.tags_without_id_count,
         }
     }
 }

@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::{Source, SCHEMA_VERSION};
 use heaptag_format::hash::MixMap;
 
-use crate::model::{Model, TagKey};
+use crate::model::{KeyedSums, Model, TagKey};
 use crate::units::secs;
 
 /// What a timeline groups tags by.
@@ -43,12 +43,21 @@ pub struct TimelineSection {
     pub source: Source,
     /// What tags are grouped by.
     pub by: By,
-    /// Sample times, seconds.
+    /// Sample times, seconds (of each point's first sample).
     pub times_s: Vec<f64>,
     /// One series per key, largest peak first.
     pub series: Vec<Series>,
-    /// VmRSS at each time.
+    /// VmRSS at each time (the highest of the point's samples).
     pub rss_bytes: Vec<u64>,
+    /// Samples each point stands for: 1 while a log's samples fit the
+    /// budget (4,096 points), then 2, 4, ...; each point holds the highest
+    /// value of its samples, so no peak is lost.
+    #[serde(skip_serializing_if = "is_one")]
+    pub samples_per_point: u32,
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 /// `heaptag timeline`.
@@ -64,7 +73,7 @@ pub struct Timeline {
 /// `shared (no partition)` (`shared (no job)`): process-wide caches entered
 /// with `heaptag::shared`, and untagged memory; never merged into a
 /// partition or job.
-fn key_of(k: &TagKey, by: By) -> String {
+pub fn key_of(k: &TagKey, by: By) -> String {
     match by {
         By::Stage => k.stage.clone().unwrap_or_else(|| "(no stage)".into()),
         By::Partition => k
@@ -83,59 +92,62 @@ fn series_cap(samples: usize) -> usize {
     ((1usize << 24) / samples.max(1)).clamp(8, 256)
 }
 
-/// Live bytes per key while the model's timeline (tag changes) is replayed.
-#[derive(Default)]
-struct Sums {
+/// The key index of each series while buckets are summed per key.
+struct Keys<'a> {
+    m: &'a Model,
+    by: By,
     key_index: BTreeMap<String, usize>,
-    /// Per tag: its key (None: heaptag's own) and its bytes now.
-    tags: MixMap<u32, (Option<usize>, u64)>,
-    sums: Vec<u128>,
-    total: u128,
+    of_series: MixMap<u32, Option<usize>>,
 }
 
-impl Sums {
-    /// Applies one sample's changes; the keys changed go to `touched`.
-    fn apply(&mut self, m: &Model, by: By, per_tag: &[(u32, u64)], touched: &mut Vec<usize>) {
-        for &(tag, bytes) in per_tag {
-            let key_index = &mut self.key_index;
-            let e = self.tags.entry(tag).or_insert_with(|| {
-                let k = m.tag(tag);
-                let key = (!k.is_heaptag_own()).then(|| {
-                    let next = key_index.len();
-                    *key_index.entry(key_of(&k, by)).or_insert(next)
-                });
-                (key, 0)
-            });
-            if let Some(k) = e.0 {
-                if k >= self.sums.len() {
-                    self.sums.resize(k + 1, 0);
-                }
-                self.sums[k] = self.sums[k] - u128::from(e.1) + u128::from(bytes);
-                self.total = self.total - u128::from(e.1) + u128::from(bytes);
-                touched.push(k);
-            }
-            e.1 = bytes;
+impl Keys<'_> {
+    /// The key of a series: its name when the timeline is grouped, else
+    /// its tag's key (heaptag's own tag: none).
+    fn of(&mut self, series: u32) -> Option<usize> {
+        if let Some(&k) = self.of_series.get(&series) {
+            return k;
         }
+        let name = match &self.m.timeline.names {
+            Some(names) => names.get(series as usize).cloned(),
+            None => {
+                let k = self.m.tag(series);
+                (!k.is_heaptag_own()).then(|| key_of(&k, self.by))
+            }
+        };
+        let k = name.map(|name| {
+            let next = self.key_index.len();
+            *self.key_index.entry(name).or_insert(next)
+        });
+        self.of_series.insert(series, k);
+        k
     }
 }
 
-/// The series of one log: tag changes (the model's timeline) applied
-/// sample by sample, per key, without a vector per tag.
+/// The series of one log, per key, from the model's downsampled timeline:
+/// each point is the key's highest sum in the bucket (exact when the
+/// timeline was grouped by this key at loading, or not downsampled).
 fn section_series(m: &Model, by: By) -> Vec<Series> {
     let n = m.timeline.len();
-    // First pass: each key's peak.
-    let mut st = Sums::default();
-    let mut peaks: Vec<u128> = Vec::new();
-    let mut touched = Vec::new();
-    for (_, per_tag) in &m.timeline {
-        touched.clear();
-        st.apply(m, by, per_tag, &mut touched);
-        peaks.resize(st.sums.len(), 0);
-        for &k in &touched {
-            peaks[k] = peaks[k].max(st.sums[k]);
+    let mut keys = Keys {
+        m,
+        by,
+        key_index: BTreeMap::new(),
+        of_series: MixMap::default(),
+    };
+    // First pass: each key's peak (a key's value changes only in the
+    // buckets that list it).
+    let mut peaks: Vec<u64> = Vec::new();
+    let mut sums = KeyedSums::default();
+    for b in &m.timeline.buckets {
+        let touched = sums.bucket(b, &mut |s| keys.of(s)).to_vec();
+        for k in touched {
+            if peaks.len() <= k {
+                peaks.resize(k + 1, 0);
+            }
+            peaks[k] = peaks[k].max(sums.value(k));
         }
     }
-    let mut order: Vec<(String, usize)> = st
+    let mut order: Vec<(String, usize)> = keys
         .key_index
         .iter()
         .filter(|(_, &k)| peaks.get(k).is_some_and(|&p| p > 0))
@@ -150,21 +162,19 @@ fn section_series(m: &Model, by: By) -> Vec<Series> {
     } else {
         (order, 0)
     };
-    // Second pass: the kept keys' values at each sample (the rest summed).
+    // Second pass: the kept keys' values at each bucket (the rest summed).
     let mut values: Vec<Vec<u64>> = vec![Vec::with_capacity(n); kept.len() + usize::from(others > 0)];
-    let clamp = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
-    let mut st = Sums::default();
-    for (_, per_tag) in &m.timeline {
-        touched.clear();
-        st.apply(m, by, per_tag, &mut touched);
-        let mut rest = st.total;
+    let mut sums = KeyedSums::default();
+    for b in &m.timeline.buckets {
+        sums.bucket(b, &mut |s| keys.of(s));
+        let mut rest = sums.total();
         for (i, (_, k)) in kept.iter().enumerate() {
-            let v = st.sums.get(*k).copied().unwrap_or(0);
-            rest -= v;
-            values[i].push(clamp(v));
+            let v = sums.value(*k);
+            rest = rest.saturating_sub(u128::from(v));
+            values[i].push(v);
         }
         if others > 0 {
-            values[kept.len()].push(clamp(rest));
+            values[kept.len()].push(u64::try_from(rest).unwrap_or(u64::MAX));
         }
     }
     let rest = (others > 0).then(|| values.pop().unwrap_or_default());
@@ -196,9 +206,10 @@ pub fn timeline(models: &[Model], by: By) -> Timeline {
             .map(|m| TimelineSection {
                 source: Source::of(m),
                 by,
-                times_s: m.timeline.iter().map(|(t, _)| secs(*t)).collect(),
+                times_s: m.timeline.buckets.iter().map(|b| secs(b.t)).collect(),
                 series: section_series(m, by),
-                rss_bytes: m.rss_series.clone(),
+                rss_bytes: m.timeline.buckets.iter().map(|b| b.rss).collect(),
+                samples_per_point: m.timeline.width.max(1),
             })
             .collect(),
     }
