@@ -58,6 +58,11 @@
 //!   every poll, for tokio or any executor (docs/ASYNC.md).
 //! - `tracing`: `heaptag::tracing::HeaptagLayer`, tags from span fields
 //!   `job_id`, `stage` (or the span name), `partition` (docs/TRACING.md).
+//! - `pprof`: `heaptag::pprof::heap_profile()`, a pprof heap profile of what
+//!   is live now with tag labels, for `/debug/pprof/heap` (docs/PPROF.md).
+//! - `prometheus`: `heaptag::prometheus::encode` and a `prometheus_client`
+//!   collector: per-tag live, peak and allocated bytes and heaptag's health
+//!   (docs/PPROF.md).
 //!
 //! # What is exact and what is estimated
 //!
@@ -90,6 +95,10 @@ pub mod thread;
 
 #[cfg(feature = "futures")]
 pub mod future;
+#[cfg(feature = "pprof")]
+pub mod pprof;
+#[cfg(feature = "prometheus")]
+pub mod prometheus;
 #[cfg(feature = "rayon")]
 pub mod rayon;
 #[cfg(feature = "tracing")]

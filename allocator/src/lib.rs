@@ -50,6 +50,7 @@
 //! start     start-up, in order; fork handlers              log held tag table thread config clock internal
 //! external  the annotation API (external_alloc)            log held tag clock
 //! testing   memory assertions for cargo test               log snapshot table tag internal
+//! profile   live blocks, stacks, maps for heap profiles    log table tag sampling
 //! log/      ring, writer, finish, segments, stacks, fps    snapshot tag table jemalloc config clock internal health
 //! snapshot  in-process queries: sums of the counters       held tag table thread config clock internal health
 //! held      external memory held, by tag and kind          tag internal
@@ -76,6 +77,7 @@ mod held;
 mod internal;
 mod jemalloc;
 mod log;
+mod profile;
 mod sampling;
 mod snapshot;
 mod start;
@@ -93,6 +95,7 @@ pub use heaptag_format::Fill;
 pub use held::ExternalStats;
 pub use jemalloc::{flush_thread_cache, jemalloc_stats, purge, JemallocError, JemallocStats};
 pub use log::{finish, log_path, mark, LogConfig, LogError, LogSummary};
+pub use profile::{live_blocks, modules, stack_frames, LiveBlock, Module};
 pub use snapshot::{snapshot, tracked_blocks, Block, SmallStats, Snapshot, TagStats, Totals, TrackedStats};
 pub use tag::{current, job, partition, shared, stage, static_name, Tag, TagGuard, TagId, MAX_TAGS};
 pub use thread::MAX_THREAD_SLOTS;
@@ -105,8 +108,8 @@ mod tests {
 
     /// The list in the crate docs: each module may use only modules after it.
     const ORDER: &[&str] = &[
-        "global", "start", "external", "testing", "log", "snapshot", "held", "tag", "table", "sampling", "thread",
-        "config", "jemalloc", "clock", "internal", "health",
+        "global", "start", "external", "testing", "profile", "log", "snapshot", "held", "tag", "table", "sampling",
+        "thread", "config", "jemalloc", "clock", "internal", "health",
     ];
 
     /// The code of a module (its file, or every file of its folder), with

@@ -134,6 +134,12 @@ fn analyze(path: &Path) {
     let _ = report::sites(&models, 10);
     let _ = report::timeline(&models, report::By::Tag);
     let _ = report::timeline(&models, report::By::Stage);
+    use heaptag_analyzer::export::pprof::{profile, At};
+    for at in [At::Peak, At::End, At::Time(models[0].end_ns / 2)] {
+        if let Ok((p, _)) = profile(&models[0], at) {
+            let _ = p.encode();
+        }
+    }
 }
 
 fn main() {

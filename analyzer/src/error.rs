@@ -40,6 +40,9 @@ pub enum Error {
     /// The baseline could not be written.
     #[error("{}: cannot write the baseline", .0.display())]
     WriteBaseline(PathBuf, #[source] io::Error),
+    /// An output file (`heaptag export -o FILE`) could not be written.
+    #[error("{}: cannot write the output", .0.display())]
+    WriteOutput(PathBuf, #[source] io::Error),
     /// `heaptag run` / `watch` could not sample.
     #[error(transparent)]
     Watch(#[from] WatchError),

@@ -401,6 +401,13 @@ fn main() -> ExitCode {
     let Some(cmd) = command(cli) else {
         return ExitCode::SUCCESS;
     };
+    if let Command::Export(heaptag_analyzer::export::ExportCmd::Pprof { output: None, .. }) = &cmd {
+        use std::io::IsTerminal;
+        if std::io::stdout().is_terminal() {
+            eprintln!("heaptag: export pprof writes a binary profile: give -o FILE, or redirect the output");
+            return ExitCode::from(2);
+        }
+    }
     match run_on_stdout(&cmd) {
         Ok(outcome) => match outcome.exit_code {
             Some(code) => ExitCode::from(code.clamp(0, 255) as u8),

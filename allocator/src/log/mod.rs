@@ -26,7 +26,7 @@
 
 mod fingerprint;
 mod finish;
-mod procfs;
+pub(crate) mod procfs;
 pub(crate) mod ring;
 mod segment;
 pub(crate) mod stacks;

@@ -3,11 +3,14 @@
 //! - `folded`: collapsed stacks weighted by bytes ([`crate::folded`]), for
 //!   inferno, `flamegraph.pl` and speedscope;
 //! - `perfetto`: a Chrome JSON trace ([`perfetto`]) for ui.perfetto.dev and
-//!   `chrome://tracing`.
+//!   `chrome://tracing`;
+//! - `pprof`: a gzipped `profile.proto` heap profile with tag labels
+//!   ([`pprof`]) for `go tool pprof`, Pyroscope and Parca.
 //!
 //! Each writes to `-o FILE`, or to the output when no file is given.
 
 pub mod perfetto;
+pub mod pprof;
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -76,6 +79,26 @@ pub enum ExportCmd {
         /// Write here instead of the output.
         #[arg(short = 'o', long = "output", value_name = "FILE")]
         output: Option<PathBuf>,
+    },
+    /// A pprof heap profile (gzipped profile.proto): allocated and in-use
+    /// objects and bytes per call stack, one sample per (stack, tag), the
+    /// tag as labels job, stage, partition; for go tool pprof, Pyroscope,
+    /// Parca.
+    ///
+    /// Example: heaptag export pprof -o heap.pb.gz run-1234.htlog
+    ///          go tool pprof -top -sample_index=inuse_space -tagfocus stage=synthesize_partition heap.pb.gz
+    #[command(verbatim_doc_comment)]
+    Pprof {
+        /// heaptag log file.
+        log: PathBuf,
+        /// Write the profile here (default: standard output, when it is not
+        /// a terminal).
+        #[arg(short = 'o', long = "output", value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// In use when: peak (the attributed peak), end, or a time since the
+        /// log's start (0.128, 1.5s, 250ms).
+        #[arg(long, value_name = "peak|end|TIME", default_value = "peak", value_parser = parse_at)]
+        at: LiveAt,
     },
 }
 
@@ -185,6 +208,21 @@ pub fn run(cmd: &ExportCmd, out: &mut dyn Write) -> Result<Model, Error> {
             let f = folded::folded(&m, weight, &options)?;
             let what = format!("{} folded stacks ({} bytes in all)", f.lines.len(), f.total);
             emit(output, out, &what, &|w| f.write(w))?;
+            Ok(m)
+        }
+        ExportCmd::Pprof { log, at, output } => {
+            let (s, m) = pprof::export(log, *at, output.as_ref(), out)?;
+            if let Some(path) = output {
+                writeln!(
+                    out,
+                    "heaptag: wrote {} ({} samples; in use {} at {}; allocated {})",
+                    path.display(),
+                    s.samples,
+                    crate::units::bytes(s.inuse_bytes),
+                    crate::units::seconds(crate::units::secs(s.time_ns)),
+                    crate::units::bytes(s.alloc_bytes)
+                )?;
+            }
             Ok(m)
         }
         ExportCmd::Perfetto { log, by, output } => {
