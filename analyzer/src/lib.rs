@@ -14,6 +14,7 @@ pub mod check;
 mod dump;
 pub mod dups;
 mod error;
+pub mod folded;
 pub mod model;
 pub mod policy;
 pub mod render;
