@@ -35,6 +35,9 @@ pub enum Error {
     /// The baseline could not be written.
     #[error("{}: cannot write the baseline", .0.display())]
     WriteBaseline(PathBuf, #[source] io::Error),
+    /// The page of `heaptag html` could not be written.
+    #[error("{}: cannot write the page", .0.display())]
+    WriteHtml(PathBuf, #[source] io::Error),
     /// `heaptag run` / `watch` could not sample.
     #[error(transparent)]
     Watch(#[from] WatchError),

@@ -15,6 +15,7 @@ mod dump;
 pub mod dups;
 mod error;
 pub mod folded;
+pub mod html;
 pub mod model;
 pub mod policy;
 pub mod render;
@@ -111,6 +112,13 @@ pub enum Command {
         cfg: watch::WatchConfig,
         /// The process.
         pid: u32,
+    },
+    /// The whole run as one self-contained HTML page (`heaptag html`).
+    Html {
+        /// Logs to read (one section each).
+        logs: Vec<PathBuf>,
+        /// The page to write.
+        out: PathBuf,
     },
     /// What a log holds: header, record counts, damage.
     Dump {
@@ -238,6 +246,24 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
                 failed: r.failures > 0,
                 exit_code: None,
             });
+        }
+        Command::Html { logs, out: path } => {
+            let models = load_all(
+                logs,
+                Needs {
+                    peak: true,
+                    intervals: true,
+                    ..names
+                },
+            )?;
+            let size = html::write_file(&models, path)?;
+            writeln!(
+                out,
+                "heaptag: report written to {} ({})",
+                path.display(),
+                units::bytes(size)
+            )?;
+            models
         }
         Command::Report { logs, format } => {
             let models = load_all(logs, Needs::default())?;

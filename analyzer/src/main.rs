@@ -151,6 +151,21 @@ enum Cmd {
         #[command(flatten)]
         watch: WatchArgs,
     },
+    /// The whole run as one self-contained HTML page: memory over time,
+    /// the peaks, duplicates, call-site flame graphs. Opens from disk with
+    /// no network access.
+    ///
+    /// Example: heaptag html run-1234.htlog -o report.html
+    ///          heaptag html run.htlog run.app-*.htlog -o run.html
+    #[command(verbatim_doc_comment)]
+    Html {
+        /// heaptag log files (each is a source: one process).
+        #[arg(required = true, value_name = "LOG")]
+        logs: Vec<PathBuf>,
+        /// The page to write.
+        #[arg(short, long, value_name = "FILE", default_value = "report.html")]
+        out: PathBuf,
+    },
     /// What a log holds: header, counts of each record kind, damage found.
     ///
     /// Example: heaptag dump run-1234.htlog
@@ -236,6 +251,7 @@ fn command(cli: Cli) -> Command {
             by,
             csv,
         },
+        Cmd::Html { logs, out } => Command::Html { logs, out },
         Cmd::Dump { log, records } => Command::Dump { log, records },
         Cmd::Run { watch, cmd } => Command::Run {
             cfg: watch_config(watch),
