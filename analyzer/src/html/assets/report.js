@@ -286,6 +286,8 @@
   }
 
   buildAll();
+  // For scripts (and the browser test): the data and the charts drawn.
+  window.heaptag = { data: D, charts, grouping: () => by };
   let resizeTimer = null;
   window.addEventListener("resize", () => {
     clearTimeout(resizeTimer);
