@@ -6,6 +6,9 @@
 
 use serde::Serialize;
 
+/// Narrowest frame drawn, in pixels of inferno's 1200-pixel drawing.
+pub const MIN_WIDTH_PX: f64 = 0.5;
+
 /// A flame graph and what it weighs.
 #[derive(Clone, Debug, Serialize)]
 pub struct Flame {
@@ -38,6 +41,10 @@ pub fn flame(title: &str, lines: &[String]) -> Result<Flame, String> {
     opt.count_name = "bytes".into();
     opt.name_type = "Frame:".into();
     opt.direction = inferno::flamegraph::Direction::Inverted;
+    // Frames narrower than half a pixel of the 1200-pixel drawing are left
+    // out (their bytes stay in their parent's width): they could not be
+    // seen or clicked, and thousands of them would make the page large.
+    opt.min_width = MIN_WIDTH_PX;
     opt.colors = inferno::flamegraph::Palette::Basic(inferno::flamegraph::color::BasicPalette::Mem);
     // Colours from the frame names, not random: the same log draws the
     // same picture.

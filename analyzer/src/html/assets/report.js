@@ -293,5 +293,11 @@
     clearTimeout(resizeTimer);
     resizeTimer = setTimeout(buildAll, 150);
   });
+  // How long the page took to draw its charts, ms since navigation began
+  // (docs/PERFORMANCE.md reads it with `chromium --headless --dump-dom`).
+  document.body.dataset.drawnMs = String(Math.round(performance.now()));
+  window.addEventListener("load", () => {
+    document.body.dataset.loadedMs = String(Math.round(performance.now()));
+  });
   document.body.dataset.ready = "1";
 })();
