@@ -21,7 +21,9 @@
 //!   counters, split over stacks in proportion to the sampled weights; a tag
 //!   whose small allocations were never sampled gets one frame
 //!   [`UNSAMPLED_FRAME`] under its root. Each tag's lines sum to its
-//!   *allocated* in `heaptag report` (when the log has counters).
+//!   *allocated* in `heaptag report` (a tag without counters, in a log cut
+//!   before its first memory sample, counts its tracked bytes only, as the
+//!   report does).
 //!
 //! The figures come from a replay of the log's allocation records (the
 //! model keeps totals per tag and per stack, not per pair); tags are
@@ -241,6 +243,8 @@ pub fn stack_frames(m: &Model, stack: u32, options: &FoldOptions) -> Vec<String>
     all[skip..]
         .iter()
         .rev()
+        // A null return address ends the unwinding (the thread's entry).
+        .skip_while(|f| f.addr == 0 && f.sym.is_none())
         .map(|f| match (&f.sym, options.lines) {
             (Some(s), false) if !s.function.is_empty() => clean_frame(&s.function),
             _ => clean_frame(&f.text(m)),
@@ -250,10 +254,12 @@ pub fn stack_frames(m: &Model, stack: u32, options: &FoldOptions) -> Vec<String>
 
 /// A tag definition's generation: the id and how many times it was
 /// defined before, so a reused id is another tag.
-type Gen = (u32, u32);
+pub(crate) type Gen = (u32, u32);
 
+/// A replay of a log's allocation records that keeps bytes per (tag
+/// generation, stack): what folded stacks and the Perfetto counters need.
 #[derive(Default)]
-struct Replay {
+pub(crate) struct Replay {
     /// Current generation of each id.
     generation: MixMap<u32, u32>,
     /// Tag of each generation.
@@ -272,6 +278,11 @@ struct Replay {
     sampled_alloc: MixMap<(Gen, u32), u64>,
     /// Latest counters per tag (all sizes, exact).
     counters: MixMap<Gen, u64>,
+    /// With `track_tags`: live bytes per tag, and the tags whose live
+    /// bytes changed since the caller last took the list.
+    pub(crate) track_tags: bool,
+    pub(crate) tag_live: MixMap<Gen, u64>,
+    pub(crate) changed: Vec<Gen>,
 }
 
 impl Replay {
@@ -282,13 +293,25 @@ impl Replay {
     fn add_live(&mut self, k: (Gen, u32), v: u64) {
         let e = self.live_bytes.entry(k).or_default();
         *e = e.saturating_add(v);
+        if self.track_tags {
+            let t = self.tag_live.entry(k.0).or_default();
+            *t = t.saturating_add(v);
+            self.changed.push(k.0);
+        }
     }
 
     fn sub_live(&mut self, k: (Gen, u32), v: u64) {
         if let Some(e) = self.live_bytes.get_mut(&k) {
-            *e = e.saturating_sub(v);
+            let v = v.min(*e);
+            *e -= v;
             if *e == 0 {
                 self.live_bytes.remove(&k);
+            }
+            if self.track_tags {
+                if let Some(t) = self.tag_live.get_mut(&k.0) {
+                    *t = t.saturating_sub(v);
+                }
+                self.changed.push(k.0);
             }
         }
     }
@@ -298,7 +321,7 @@ impl Replay {
         *e = e.saturating_add(v);
     }
 
-    fn apply(&mut self, rec: Record) {
+    pub(crate) fn apply(&mut self, rec: Record) {
         match rec {
             Record::TagDef {
                 id,
@@ -427,7 +450,7 @@ impl Replay {
 
     /// The tag of a generation: untagged for id 0, undefined for an id
     /// never defined.
-    fn key(&self, g: Gen) -> TagKey {
+    pub(crate) fn key(&self, g: Gen) -> TagKey {
         self.keys.get(&g).cloned().unwrap_or_else(|| TagKey {
             undefined: (g.0 != 0).then_some(g.0),
             ..TagKey::default()
@@ -437,7 +460,7 @@ impl Replay {
 
 /// The time of a record, for the ones that carry one (definitions and
 /// symbols do not).
-fn record_time(r: &Record) -> Option<u64> {
+pub(crate) fn record_time(r: &Record) -> Option<u64> {
     match r {
         Record::Alloc { time_ns, .. }
         | Record::Free { time_ns, .. }
@@ -510,7 +533,7 @@ pub fn stack_weights(m: &Model, weight: Weight) -> Result<StackWeights, Error> {
 /// number (from 1) of the record that reached the attributed peak
 /// ([`Model::attributed_peak`]'s second figure; 0: nothing was allocated).
 pub fn stack_weights_of(path: &Path, peak_record: u64, weight: Weight) -> Result<StackWeights, Error> {
-    let mut r = LogReader::open(path).map_err(|source| Error::Read {
+    let r = LogReader::open(path).map_err(|source| Error::Read {
         path: path.to_path_buf(),
         source,
     })?;
@@ -522,7 +545,7 @@ pub fn stack_weights_of(path: &Path, peak_record: u64, weight: Weight) -> Result
         _ => None,
     };
     if stop_at != Some(0) {
-        while let Some(rec) = r.next() {
+        for rec in r {
             records += 1;
             let t = record_time(&rec);
             if let (Weight::Live(LiveAt::Time(at)), Some(t)) = (weight, t) {
@@ -572,11 +595,9 @@ pub fn stack_weights_of(path: &Path, peak_record: u64, weight: Weight) -> Result
                 gens.entry(g).or_default();
             }
             for (g, (mut sampled, tracked)) in gens {
-                let sampled_sum: u64 = sampled.iter().map(|s| s.1).sum();
-                let small = match replay.counters.get(&g) {
-                    Some(&all) => all.saturating_sub(tracked),
-                    None => sampled_sum,
-                };
+                // Without counters (a log cut before its first memory
+                // sample) the report counts tracked bytes only: so do we.
+                let small = replay.counters.get(&g).map_or(0, |&all| all.saturating_sub(tracked));
                 sampled.sort_unstable();
                 let k = replay.key(g);
                 if sampled.is_empty() {
