@@ -275,13 +275,12 @@ fn the_page_in_a_browser() {
     let over = eval(
         &tab,
         "(() => { const r = document.querySelector('#chart-0 .u-over').getBoundingClientRect(); \
-         return [r.left, r.top, r.width, r.height]; })()",
+         return [r.left, r.top, r.height]; })()",
     );
-    let (left, top, width, height) = (
+    let (left, top, height) = (
         over[0].as_f64().unwrap(),
         over[1].as_f64().unwrap(),
         over[2].as_f64().unwrap(),
-        over[3].as_f64().unwrap(),
     );
     // Hovers the chart over its point `k` (clearing the box first, so
     // what is read is what this move showed).

@@ -188,7 +188,7 @@ fn chart_and_flame_graphs_match_the_reports() {
 fn lines_carry_the_logs_readings() {
     let path = common::temp("html-prover");
     common::prover_log(&path);
-    let (_, d) = page(&[path.clone()], "html-prover");
+    let (_, d) = page(std::slice::from_ref(&path), "html-prover");
     let recs: Vec<heaptag_format::Record> = heaptag_format::LogReader::open(&path).unwrap().collect();
     let mut rss = 0;
     let mut resident = 0;

@@ -79,10 +79,13 @@ pub struct ChartGroup {
 #[derive(Clone, Debug, Default)]
 pub struct Readings {
     /// (time ns, VmRSS, VmHWM, jemalloc resident).
-    pub samples: Vec<(u64, u64, u64, Option<u64>)>,
+    pub samples: Vec<Reading>,
     /// Sampled processes of a `run` / `watch` log: (pid, [(ns, VmRSS)]).
     pub procs: Vec<(u32, Vec<(u64, u64)>)>,
 }
+
+/// One reading: (time ns, VmRSS, VmHWM, jemalloc resident).
+pub type Reading = (u64, u64, u64, Option<u64>);
 
 /// Reads the RSS, VmHWM and jemalloc-resident readings of a log (the model
 /// keeps only VmRSS per sample). The log was read once already: a damaged
@@ -202,7 +205,7 @@ pub fn chart(timelines: &[(By, &Timeline)], i: usize, duration_s: f64, readings:
     }
     // Lines: the highest value per bucket.
     let mut lines: Vec<(String, Vec<(f64, u64)>)> = Vec::new();
-    let pts = |f: &dyn Fn(&(u64, u64, u64, Option<u64>)) -> Option<u64>| -> Vec<(f64, u64)> {
+    let pts = |f: &dyn Fn(&Reading) -> Option<u64>| -> Vec<(f64, u64)> {
         readings
             .samples
             .iter()

@@ -5,7 +5,7 @@
 //! ([`crate::report`]), embedded whole as JSON (so the page's numbers are
 //! the JSON reports' numbers) and rendered as tables (with the same
 //! [`crate::units`] formatting as the text reports); the chart downsamples
-//! the timelines ([`chart`]); the flame graphs are inferno's drawings of the
+//! the timelines ([`Chart`]); the flame graphs are inferno's drawings of the
 //! folded stacks of [`crate::folded`].
 //!
 //! The page needs no network: uPlot (MIT, vendored in `assets/` with its

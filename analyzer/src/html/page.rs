@@ -94,10 +94,11 @@ pub fn write(d: &HtmlData, out: &mut dyn Write) -> io::Result<()> {
         "<footer>Written by heaptag {} (<code>heaptag html</code>). Every figure is that of \
          <code>heaptag report</code>, <code>peak</code>, <code>dups</code>, <code>sites</code> and \
          <code>timeline</code> with <code>--format json</code>, embedded in this page. Chart: uPlot; \
-         flame graphs: inferno.<details><summary>uPlot's licence</summary><pre>{}</pre></details></footer>\n",
+         flame graphs: inferno.<details><summary>uPlot's licence</summary><pre>{}</pre></details></footer>",
         esc(&d.analyzer_version),
         esc(UPLOT_LICENSE)
     );
+    h.push('\n');
     let _ = write!(
         h,
         "<script type=\"application/json\" id=\"heaptag-data\">{}</script>\n<script>{UPLOT_JS}</script>\n<script>{REPORT_JS}</script>\n</body></html>\n",
@@ -218,11 +219,12 @@ fn timeline(d: &HtmlData, h: &mut String) {
              <div class=\"legend\" id=\"legend-{i}\"></div>\
              <p class=\"note\">{} memory samples, drawn as {} points: each point is one {}-wide slice of the run; \
              the stack is the sample of the slice with the most live bytes, the lines their highest value in the \
-             slice (no peak is lost). Live bytes: tracked blocks exact, small blocks estimated.</p></div>\n",
+             slice (no peak is lost). Live bytes: tracked blocks exact, small blocks estimated.</p></div>",
             c.samples,
             c.times_s.len(),
             seconds(c.bucket_s)
         );
+        h.push('\n');
     }
     h.push_str("</section>\n");
 }
