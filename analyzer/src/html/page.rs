@@ -222,7 +222,11 @@ fn timeline(d: &HtmlData, h: &mut String) {
              slice (no peak is lost). Live bytes: tracked blocks exact, small blocks estimated.</p></div>",
             c.samples,
             c.times_s.len(),
-            seconds(c.bucket_s)
+            if c.bucket_s >= 0.1 {
+                seconds(c.bucket_s)
+            } else {
+                format!("{:.3} ms", c.bucket_s * 1000.0)
+            }
         );
         h.push('\n');
     }

@@ -72,7 +72,11 @@
       width: Math.max(400, el.clientWidth || 900),
       height: 380,
       series,
-      scales: { x: { time: false } },
+      // The whole log on x; live bytes from 0 (a stack needs its base).
+      scales: {
+        x: { time: false, range: (u, min, max) => [0, Math.max(max, D.report.sources[i].source.duration_s)] },
+        y: { range: (u, min, max) => [0, max > 0 ? max * 1.05 : 1] },
+      },
       legend: { show: false },
       cursor: { drag: { x: true, y: false }, points: { show: false } },
       axes: [
@@ -131,7 +135,9 @@
       ctx.lineTo(x, top + h);
       ctx.stroke();
       ctx.save();
-      ctx.translate(x + 3, top + 3);
+      // Labels read downwards beside their rule, left of it near the right edge.
+      const right = x > u.bbox.left + u.bbox.width - 16 * devicePixelRatio;
+      ctx.translate(right ? x - 3 - 11 * devicePixelRatio : x + 3, top + 3);
       ctx.rotate(Math.PI / 2);
       ctx.fillStyle = "#6a3d9a";
       ctx.fillText(label, 0, 0);
@@ -224,7 +230,7 @@
     charts.forEach((st) => {
       if (!st || !st.u) return;
       st.selected = null;
-      st.u.setScale("x", { min: st.u.data[0][0], max: st.u.data[0][st.u.data[0].length - 1] });
+      st.u.setScale("x", { min: 0, max: Math.max(st.u.data[0][st.u.data[0].length - 1], D.report.sources[charts.indexOf(st)].source.duration_s) });
     });
   });
   document.querySelectorAll("a.show").forEach((a) => {
