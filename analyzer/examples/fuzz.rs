@@ -134,6 +134,10 @@ fn analyze(path: &Path) {
     let _ = report::sites(&models, 10);
     let _ = report::timeline(&models, report::By::Tag);
     let _ = report::timeline(&models, report::By::Stage);
+    // The HTML page: its chart, flame graphs (inferno) and markup.
+    if let Ok(d) = heaptag_analyzer::html::data(&models) {
+        let _ = heaptag_analyzer::html::render(&d, &mut std::io::sink());
+    }
 }
 
 fn main() {
