@@ -352,12 +352,21 @@ fn the_page_in_chromium() {
         &tab,
         "[heaptag.charts[0].u.scales.x.min, heaptag.charts[0].u.scales.x.max]",
     );
-    assert!(
-        scale[0].as_f64().unwrap() <= from && scale[1].as_f64().unwrap() >= until,
-        "{scale} vs {from}..{until}"
-    );
+    let duration = src["source"]["duration_s"].as_f64().unwrap();
+    let (lo, hi) = (scale[0].as_f64().unwrap(), scale[1].as_f64().unwrap());
+    assert!(lo <= from && hi >= until, "{scale} vs {from}..{until}");
+    assert!(hi - lo < duration, "zoomed in: {scale} of a {duration} s run");
     // Back to the whole run, then a click inside a shaded window selects a duplicate that was alive then.
     tab.find_element("#timeline button.reset").unwrap().click().unwrap();
+    let scale = eval(
+        &tab,
+        "[heaptag.charts[0].u.scales.x.min, heaptag.charts[0].u.scales.x.max]",
+    );
+    assert_eq!(
+        (scale[0].as_f64(), scale[1].as_f64()),
+        (Some(0.0), Some(duration)),
+        "the whole run again"
+    );
     let mid = (from + until) / 2.0;
     let x = eval(&tab, &format!("heaptag.charts[0].u.valToPos({mid}, 'x')"))
         .as_f64()

@@ -72,9 +72,9 @@
       width: Math.max(400, el.clientWidth || 900),
       height: 380,
       series,
-      // The whole log on x; live bytes from 0 (a stack needs its base).
+      // Live bytes from 0 (a stack needs its base).
       scales: {
-        x: { time: false, range: (u, min, max) => [0, Math.max(max, D.report.sources[i].source.duration_s)] },
+        x: { time: false },
         y: { range: (u, min, max) => [0, max > 0 ? max * 1.05 : 1] },
       },
       legend: { show: false },
@@ -92,6 +92,7 @@
     el.textContent = "";
     state.u = new uPlot(opts, data, el);
     state.u.over.addEventListener("click", (e) => clickWindow(i, state, e));
+    wholeRun(i, state);
     charts[i] = state;
     legend(i, group, ch);
   }
@@ -215,6 +216,12 @@
     document.getElementById("chartbox-" + i).scrollIntoView({ block: "start" });
   }
 
+  // The x axis over the whole log, from its start to its last record.
+  function wholeRun(i, st) {
+    const t = st.u.data[0];
+    st.u.setScale("x", { min: 0, max: Math.max(t[t.length - 1], D.report.sources[i].source.duration_s) });
+  }
+
   function buildAll() {
     D.logs.forEach((_, i) => build(i));
   }
@@ -227,10 +234,10 @@
     });
   });
   document.querySelector("#timeline button.reset").addEventListener("click", () => {
-    charts.forEach((st) => {
+    charts.forEach((st, i) => {
       if (!st || !st.u) return;
       st.selected = null;
-      st.u.setScale("x", { min: 0, max: Math.max(st.u.data[0][st.u.data[0].length - 1], D.report.sources[charts.indexOf(st)].source.duration_s) });
+      wholeRun(i, st);
     });
   });
   document.querySelectorAll("a.show").forEach((a) => {
