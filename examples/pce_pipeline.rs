@@ -21,7 +21,9 @@
 //! `pce_pipeline-<pid>.htlog` in the current directory). At the end the
 //! example prints how many PCE-sized copies were alive at once (measured
 //! in-process by a monitor thread reading `heaptag::snapshot()`), then runs
-//! the analyzer on its own log: `heaptag report` and `heaptag dups`.
+//! the analyzer on its own log: `heaptag report` and `heaptag dups`, and
+//! writes the whole run as one HTML page (`heaptag html`; `--html PATH`,
+//! default `report.html`; `--no-html`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -81,6 +83,7 @@ struct Args {
     pce_mib: usize,
     hold_baseline: bool,
     log: Option<String>,
+    html: Option<String>,
     quiet: bool,
 }
 
@@ -92,6 +95,7 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
         pce_mib: 64,
         hold_baseline: false,
         log: Some("pce_pipeline-%p.htlog".into()),
+        html: Some("report.html".into()),
         quiet: false,
     };
     let mut it = argv.iter().cloned();
@@ -113,11 +117,14 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
             "--hold-baseline" => a.hold_baseline = true,
             "--log" => a.log = Some(value("--log")?),
             "--no-log" => a.log = None,
+            "--html" => a.html = Some(value("--html")?),
+            "--no-html" => a.html = None,
             "--quiet" => a.quiet = true,
             "-h" | "--help" => {
                 println!(
                     "usage: pce_pipeline [--pce shared|per-partition|cloned|race] [--jobs J] [--partitions N] \
-                     [--pce-mib M] [--hold-baseline] [--log PATH (default pce_pipeline-%p.htlog) | --no-log] [--quiet]"
+                     [--pce-mib M] [--hold-baseline] [--log PATH (default pce_pipeline-%p.htlog) | --no-log] \
+                     [--html PATH (default report.html) | --no-html] [--quiet]"
                 );
                 return Err(String::new());
             }
@@ -460,7 +467,24 @@ pub fn run(argv: &[String]) -> i32 {
             eprintln!("pce_pipeline: analyzer: {e}");
         }
     }
+    if let Some(html) = &args.html {
+        let cmd = heaptag_analyzer::Command::Html {
+            logs: logs.clone(),
+            out: html.into(),
+        };
+        match heaptag_analyzer::run(&cmd, &mut std::io::sink()) {
+            Ok(_) => {
+                let path = std::path::Path::new(html);
+                let shown = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+                println!(
+                    "\nhtml report: {} (open it in a browser: memory over time, peaks, duplicates, flame graphs)",
+                    shown.display()
+                );
+            }
+            Err(e) => eprintln!("pce_pipeline: analyzer: {e}"),
+        }
+    }
     let p = log.path.display();
-    println!("\nmore: cargo run --release -p heaptag-analyzer -- {{report|peak|dups|sites|timeline}} {p}");
+    println!("\nmore: cargo run --release -p heaptag-analyzer -- {{report|peak|dups|sites|timeline|html}} {p}");
     0
 }

@@ -21,7 +21,7 @@ const PCE_MIB: usize = 8;
 fn pipeline_log(test: &str, mode: &str, extra: &str) -> PathBuf {
     let log = common::temp_log(&format!("pce-{mode}{}", extra.replace(' ', "")));
     let args = format!(
-        "--pce {mode} --jobs {JOBS} --partitions {PARTITIONS} --pce-mib {PCE_MIB} --log {} --quiet {extra}",
+        "--pce {mode} --jobs {JOBS} --partitions {PARTITIONS} --pce-mib {PCE_MIB} --log {} --no-html --quiet {extra}",
         log.display()
     );
     let out = common::child(test, &[("PCE_ARGS", &args)]).output().unwrap();

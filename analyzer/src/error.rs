@@ -43,6 +43,9 @@ pub enum Error {
     /// An output file (`heaptag export -o FILE`) could not be written.
     #[error("{}: cannot write the output", .0.display())]
     WriteOutput(PathBuf, #[source] io::Error),
+    /// The page of `heaptag html` could not be written.
+    #[error("{}: cannot write the page", .0.display())]
+    WriteHtml(PathBuf, #[source] io::Error),
     /// `heaptag run` / `watch` could not sample.
     #[error(transparent)]
     Watch(#[from] WatchError),

@@ -17,6 +17,7 @@ pub mod dups;
 mod error;
 pub mod export;
 pub mod folded;
+pub mod html;
 pub mod model;
 pub mod policy;
 pub mod progress;
@@ -139,6 +140,13 @@ pub enum Command {
     },
     /// A log in another tool's format (`heaptag export folded|perfetto`).
     Export(export::ExportCmd),
+    /// The whole run as one self-contained HTML page (`heaptag html`).
+    Html {
+        /// Logs to read (one section each).
+        logs: Vec<PathBuf>,
+        /// The page to write.
+        out: PathBuf,
+    },
     /// What a log holds: header, record counts, damage (each segment of a
     /// rotated log in order).
     Dump {
@@ -301,6 +309,17 @@ pub fn run(cmd: &Command, out: &mut dyn Write) -> Result<Outcome, Error> {
                 failed: r.failures > 0,
                 exit_code: None,
             });
+        }
+        Command::Html { logs, out: path } => {
+            let models = load_all(logs, with(true, true, true))?;
+            let size = html::write_file(&models, path)?;
+            writeln!(
+                out,
+                "heaptag: report written to {} ({})",
+                path.display(),
+                units::bytes(size)
+            )?;
+            models
         }
         Command::Report { logs, format } => {
             let models = load_all(logs, Needs::default())?;

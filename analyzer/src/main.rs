@@ -214,6 +214,21 @@ enum Cmd {
         /// The shell.
         shell: clap_complete::Shell,
     },
+    /// The whole run as one self-contained HTML page: memory over time,
+    /// the peaks, duplicates, call-site flame graphs. Opens from disk with
+    /// no network access.
+    ///
+    /// Example: heaptag html run-1234.htlog -o report.html
+    ///          heaptag html run.htlog run.app-*.htlog -o run.html
+    #[command(verbatim_doc_comment)]
+    Html {
+        /// heaptag log files (each is a source: one process).
+        #[arg(required = true, value_name = "LOG")]
+        logs: Vec<PathBuf>,
+        /// The page to write.
+        #[arg(short, long, value_name = "FILE", default_value = "report.html")]
+        out: PathBuf,
+    },
     /// What a log holds: header, counts of each record kind, damage found.
     ///
     /// Example: heaptag dump run-1234.htlog
@@ -340,6 +355,7 @@ fn command(cli: Cli) -> Option<Command> {
                 fail_min_bytes,
             },
         },
+        Cmd::Html { logs, out } => Command::Html { logs, out },
         Cmd::Run { watch, cmd } => Command::Run {
             cfg: watch_config(watch),
             cmd,
