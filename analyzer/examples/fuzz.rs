@@ -139,6 +139,7 @@ fn analyze(path: &Path) {
         if let Ok((p, _)) = profile(&models[0], at) {
             let _ = p.encode();
         }
+    }
     // The HTML page: its chart, flame graphs (inferno) and markup.
     if let Ok(d) = heaptag_analyzer::html::data(&models) {
         let _ = heaptag_analyzer::html::render(&d, &mut std::io::sink());

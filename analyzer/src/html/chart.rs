@@ -294,6 +294,8 @@ mod tests {
             problems: Vec::new(),
             dropped_events: 0,
             unmatched_frees: 0,
+            segments: Vec::new(),
+            tags_without_id: 0,
         }
     }
 
@@ -327,6 +329,7 @@ mod tests {
                     },
                 ],
                 rss_bytes: Vec::new(),
+                samples_per_point: 1,
             }],
         };
         let readings = Readings {
