@@ -319,8 +319,14 @@ pub fn run(argv: &[String]) -> i32 {
     // The event log for the analyzer (unless HEAPTAG_LOG already started one).
     if let Some(path) = &args.log {
         if heaptag::log_path().is_none() {
-            // Fingerprint every PCE vector (the smallest are row pointers).
-            if let Err(e) = heaptag::LogConfig::new(path).fingerprint_min(64 << 10).start() {
+            // Fingerprint every PCE vector (the smallest are row pointers);
+            // sample memory every 10 ms, since the whole run takes well
+            // under a second (the default 100 ms would give a handful of
+            // points on the page's chart).
+            let log = heaptag::LogConfig::new(path)
+                .fingerprint_min(64 << 10)
+                .interval(std::time::Duration::from_millis(10));
+            if let Err(e) = log.start() {
                 eprintln!("pce_pipeline: no event log: {e}");
             }
         }
