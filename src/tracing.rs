@@ -2,7 +2,10 @@
 //!
 //! [`HeaptagLayer`] sets the thread's tag while a span is entered, from the
 //! span's fields: by default `job_id` gives the job, `partition` the
-//! partition, and `stage` (or, without it, the span's name) the stage.
+//! partition, and `stage` the stage. A span's *name* becomes the stage only
+//! for the names listed with [`HeaptagLayer::stage_spans`]: never by default,
+//! since every library span (an HTTP client's, a database driver's) would
+//! otherwise make a tag of its own per job and partition.
 //! Dimensions a span does not set are inherited from the tag current when it
 //! is entered, so nested spans refine their parents. Exiting restores the
 //! previous tag, per thread: a span may be entered on several threads at once.
@@ -10,12 +13,17 @@
 //! ```
 //! use tracing_subscriber::prelude::*;
 //!
-//! tracing_subscriber::registry().with(heaptag::tracing::HeaptagLayer::new()).init();
+//! let layer = heaptag::tracing::HeaptagLayer::new().stage_spans(["synthesize_partition"]);
+//! tracing_subscriber::registry().with(layer).init();
 //!
 //! let span = tracing::info_span!("synthesize_partition", job_id = 7, partition = 3);
 //! span.in_scope(|| {
 //!     // allocations here are charged to job 7 / synthesize_partition / partition 3
-//!     assert_eq!(heaptag::current().partition, Some(3));
+//!     assert_eq!(heaptag::current().stage, Some("synthesize_partition"));
+//!     // a span not listed and without a `stage` field keeps the stage
+//!     tracing::info_span!("http_request").in_scope(|| {
+//!         assert_eq!(heaptag::current().stage, Some("synthesize_partition"));
+//!     });
 //! });
 //! ```
 //!
@@ -26,7 +34,7 @@
 
 use std::cell::RefCell;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use heaptag_alloc::{static_name, Tag, TagGuard, TagId};
 use tracing_core::field::{Field, Visit};
@@ -42,7 +50,8 @@ pub struct HeaptagLayer {
     job_field: &'static str,
     partition_field: &'static str,
     stage_field: &'static str,
-    stage_from_name: bool,
+    /// Span names that name the stage (sorted, for a binary search).
+    stage_spans: Arc<[&'static str]>,
 }
 
 impl Default for HeaptagLayer {
@@ -52,14 +61,13 @@ impl Default for HeaptagLayer {
 }
 
 impl HeaptagLayer {
-    /// Fields `job_id`, `partition`, `stage`; the span name as the stage
-    /// when a span has no `stage` field.
+    /// Fields `job_id`, `partition`, `stage`; no span name is a stage.
     pub fn new() -> Self {
         HeaptagLayer {
             job_field: "job_id",
             partition_field: "partition",
             stage_field: "stage",
-            stage_from_name: true,
+            stage_spans: Arc::from(Vec::new()),
         }
     }
 
@@ -81,11 +89,20 @@ impl HeaptagLayer {
         self
     }
 
-    /// Whether a span without a stage field names the stage by its own name
-    /// (default: yes). Off, such spans only set job and partition.
-    pub fn stage_from_span_name(mut self, yes: bool) -> Self {
-        self.stage_from_name = yes;
+    /// Spans with one of these names and no stage field name the stage by
+    /// their own name (e.g. the pipeline's stage spans). Others only set job
+    /// and partition, or nothing. Replaces an earlier list.
+    pub fn stage_spans(mut self, names: impl IntoIterator<Item = &'static str>) -> Self {
+        let mut v: Vec<&'static str> = names.into_iter().collect();
+        v.sort_unstable();
+        v.dedup();
+        self.stage_spans = Arc::from(v);
         self
+    }
+
+    /// The stage a span of this name gives when it has no stage field.
+    fn stage_of_name(&self, name: &'static str) -> Option<&'static str> {
+        self.stage_spans.binary_search(&name).is_ok().then_some(name)
     }
 }
 
@@ -94,8 +111,10 @@ struct SpanTag {
     job: Option<u64>,
     stage: Option<&'static str>,
     partition: Option<u32>,
-    /// (parent tag id << 32) | merged tag id of the last enter; u64::MAX: none.
-    cache: AtomicU64,
+    /// The parent tag of the last enter (its `to_bits`) and the merged tag;
+    /// `try_lock`ed, so a span entered on many threads at once never waits
+    /// (a thread that finds it busy interns instead).
+    cache: Mutex<Option<(u64, TagId)>>,
 }
 
 impl SpanTag {
@@ -104,13 +123,15 @@ impl SpanTag {
     }
 
     /// The tag to enter over `cur`, interned once per distinct `cur`.
+    /// A cached `TagId` whose tag retired since is still right: entering it
+    /// interns its tag again (see `TagId`).
     fn merged(&self, cur: TagId) -> TagId {
-        let key = u64::from(cur.to_bits()) << 32;
-        // Relaxed: the cached pair is self-contained (both halves in one word).
-        let c = self.cache.load(Ordering::Relaxed);
-        if c != u64::MAX && c & 0xffff_ffff_0000_0000 == key {
-            if let Some(id) = TagId::from_bits(c as u32) {
-                return id;
+        let key = cur.to_bits();
+        if let Ok(c) = self.cache.try_lock() {
+            if let Some((k, id)) = *c {
+                if k == key {
+                    return id;
+                }
             }
         }
         let parent = cur.tag();
@@ -120,7 +141,9 @@ impl SpanTag {
             partition: self.partition.or(parent.partition),
         }
         .id();
-        self.cache.store(key | u64::from(merged.to_bits()), Ordering::Relaxed);
+        if let Ok(mut c) = self.cache.try_lock() {
+            *c = Some((key, merged));
+        }
         merged
     }
 }
@@ -189,14 +212,12 @@ where
             partition: None,
         };
         attrs.record(&mut v);
-        let stage = v
-            .stage
-            .or_else(|| self.stage_from_name.then(|| attrs.metadata().name()));
+        let stage = v.stage.or_else(|| self.stage_of_name(attrs.metadata().name()));
         let t = SpanTag {
             job: v.job,
             stage,
             partition: v.partition,
-            cache: AtomicU64::new(u64::MAX),
+            cache: Mutex::new(None),
         };
         if let (false, Some(span)) = (t.is_empty(), ctx.span(id)) {
             span.extensions_mut().insert(t);
@@ -217,12 +238,12 @@ where
             return;
         }
         let old = ext.remove::<SpanTag>();
-        let stage_default = self.stage_from_name.then(|| span.metadata().name());
+        let stage_default = self.stage_of_name(span.metadata().name());
         ext.insert(SpanTag {
             job: v.job.or(old.as_ref().and_then(|o| o.job)),
             stage: v.stage.or(old.as_ref().and_then(|o| o.stage)).or(stage_default),
             partition: v.partition.or(old.as_ref().and_then(|o| o.partition)),
-            cache: AtomicU64::new(u64::MAX),
+            cache: Mutex::new(None),
         });
     }
 

@@ -421,7 +421,8 @@ fn on_alloc(p: *mut u8, size: usize) {
 
 /// Counts the free of a block without a record.
 fn untracked_free(size: usize) {
-    if size >= HOT.threshold.load(Ordering::Relaxed) {
+    // A block of heaptag's own threads has no record by design.
+    if size >= HOT.threshold.load(Ordering::Relaxed) && !thread::is_internal() {
         UNTRACKED_FREES.fetch_add(1, Ordering::Relaxed);
     }
     thread::count_small_free(size as u64);
@@ -433,6 +434,10 @@ fn untracked_free(size: usize) {
 #[cold]
 #[inline(never)]
 fn record(addr: usize, size: usize, tag_id: u32, thread: u32, birth: Option<Entry>, event: bool) -> bool {
+    if thread::is_internal() {
+        // heaptag's own threads (the log writer) never enter tracking.
+        return false;
+    }
     let tracked = size >= HOT.threshold.load(Ordering::Relaxed);
     let logging = log::on();
     let now = if logging || birth.is_none() { clock::now_ns() } else { 0 };
@@ -466,18 +471,20 @@ fn record(addr: usize, size: usize, tag_id: u32, thread: u32, birth: Option<Entr
 }
 
 /// Undoes `record` for the block at `addr` leaving (freed, or replaced by
-/// realloc); queues its event when logging and `event`.
+/// realloc); queues its event when logging and `event`. The event and the
+/// counts go before the live count drops, which may let the tag retire
+/// (`tag.rs`): its retirement then comes after them, in the log too.
 fn release(addr: usize, e: &Entry, size: usize, event: bool) {
     let Some(t) = tag::entry(e.tag) else { return };
-    if e.tracked {
-        thread::count_pair(e.tag, Some(Pair::TrackedFree), e.size);
-        // Relaxed: an independent statistic (see TagEntry).
-        t.tracked_live.fetch_sub(e.size, Ordering::Relaxed);
-    } else {
-        t.sampled_sub(&sampling::weight(e.size as usize));
-        thread::count_small_free(size as u64);
-    }
     if event && log::on() {
         emit_leave(addr, e);
+    }
+    tag::mark_dirty(e.tag);
+    if e.tracked {
+        thread::count_pair(e.tag, Some(Pair::TrackedFree), e.size);
+        t.tracked_sub(e.size);
+    } else {
+        thread::count_small_free(size as u64);
+        t.sampled_sub(&sampling::weight(e.size as usize));
     }
 }

@@ -50,7 +50,7 @@
 //! start     start-up, in order; fork handlers              log held tag table thread config clock internal
 //! external  the annotation API (external_alloc)            log held tag clock
 //! testing   memory assertions for cargo test               log snapshot table tag internal
-//! log/      ring, writer thread, stacks, fingerprints      snapshot tag table jemalloc config clock internal health
+//! log/      ring, writer thread, stacks, fingerprints      snapshot tag table thread jemalloc config clock internal health
 //! snapshot  in-process queries: sums of the counters       held tag table thread config clock internal health
 //! held      external memory held, by tag and kind          tag internal
 //! tag       tags, guards, the tag table                    thread sampling internal health
@@ -94,7 +94,7 @@ pub use held::ExternalStats;
 pub use jemalloc::{flush_thread_cache, jemalloc_stats, purge, JemallocError, JemallocStats};
 pub use log::{finish, mark, LogConfig, LogError, LogSummary};
 pub use snapshot::{snapshot, tracked_blocks, Block, SmallStats, Snapshot, TagStats, Totals, TrackedStats};
-pub use tag::{current, job, partition, shared, stage, static_name, Tag, TagGuard, TagId, MAX_TAGS};
+pub use tag::{current, job, partition, shared, stage, static_name, Tag, TagGuard, TagId, MAX_TAGS, TAGS_KEPT};
 pub use thread::MAX_THREAD_SLOTS;
 
 #[cfg(test)]

@@ -490,7 +490,7 @@ pub fn finish() -> Option<LogSummary> {
     }
     let mut guard = WRITER.lock().unwrap_or_else(PoisonError::into_inner);
     let mut w = guard.take()?;
-    let _tag = worker::writer_tag().enter();
+    let _tag = worker::enter_writer();
     fingerprint_live(FpWhen::Finish);
     // No new events from here on; everything queued before is drained below.
     STATE.store(FINISHED, Ordering::Release);
