@@ -952,10 +952,9 @@ impl Interner {
         if self.by_writer {
             self.defs[id as usize / 64] |= 1 << (id % 64);
         }
-        if id == 0 {
-            // Untagged allocations and frees change it all the time.
-            mark_dirty(0);
-        }
+        // Looked at by the next sample (and retired from there when idle,
+        // even if it is never entered).
+        mark_dirty(id);
         id
     }
 
@@ -1049,7 +1048,9 @@ impl Interner {
         // SAFETY: under the INTERN lock.
         let key = unsafe { e.key() };
         self.map.remove(&key);
-        self.defs[id as usize / 64] &= !(1 << (id % 64));
+        // The definition bit stays: a tag made and retired between two of
+        // the writer's looks is still defined (before its events and its
+        // retire record); the key stays until the id is released.
         self.idle[id as usize / 64] &= !(1 << (id % 64));
         let next_gen = ((s >> GEN_SHIFT) as u32).wrapping_add(1);
         // Release: stale `TagId`s see the new generation.
@@ -1067,6 +1068,8 @@ impl Interner {
         let mut ranges = [0u64; MAX_TAGS / thread::RANGE / 64];
         for id in ids {
             self.give_back(id);
+            // A definition not sent by now was lost to a failed write.
+            self.defs[id as usize / 64] &= !(1 << (id % 64));
             let r = id as usize / thread::RANGE;
             ranges[r / 64] |= 1 << (r % 64);
         }
@@ -1215,7 +1218,8 @@ pub(crate) fn take_definitions(defs: &mut IVec<(u32, Tag), Internal>, overflowed
             }
             map.defs[w] &= !(1 << b);
             if let Some(e) = entry(id) {
-                // SAFETY: under the INTERN lock; `defs` holds only ids in use.
+                // SAFETY: under the INTERN lock; `defs` holds only ids in use
+                // or retired and not yet released (whose key stays).
                 defs.push((id, unsafe { e.key() }));
             }
         }
