@@ -58,7 +58,11 @@ fn more_distinct_tags_than_ids_over_time() {
     assert_eq!(after.totals.tracked_live_bytes, before.totals.tracked_live_bytes);
 
     // The last tags are kept with exact figures.
-    let last = Tag::new(Some(1_000_000 + n - 1), Some("synthesize_partition"), Some(((1_000_000 + n - 1) % 10) as u32));
+    let last = Tag::new(
+        Some(1_000_000 + n - 1),
+        Some("synthesize_partition"),
+        Some(((1_000_000 + n - 1) % 10) as u32),
+    );
     let s = after.tag(&last).expect("the last job's tag is still listed");
     assert_eq!(s.tracked.alloc_bytes, 5000);
     assert_eq!(s.tracked.free_bytes, 5000);
@@ -88,7 +92,12 @@ fn stale_tag_ids_charge_their_own_tag() {
     let st = s.tag(&mine).expect("interned again");
     assert_eq!(st.tracked.live_bytes, 9000);
     // No other tag got those bytes.
-    let others: u64 = s.tags.iter().filter(|t| t.tag != mine).map(|t| t.tracked.live_bytes).sum();
+    let others: u64 = s
+        .tags
+        .iter()
+        .filter(|t| t.tag != mine)
+        .map(|t| t.tracked.live_bytes)
+        .sum();
     assert_eq!(others + 9000, s.totals.tracked_live_bytes);
     drop(v);
     drop(g);
@@ -110,9 +119,21 @@ fn held_tags_never_retire() {
     }
     let s = heaptag::snapshot();
     assert!(s.tag(&held).is_some(), "held by a guard");
-    assert_eq!(s.tag(&alive).map(|t| t.tracked.live_bytes), Some(20_000), "a live block");
-    assert_eq!(s.tag(&ext_tag).map(|t| t.external_bytes), Some(1 << 20), "external bytes");
-    assert_eq!(heaptag::TagId::from_bits(id_alive.to_bits()), Some(id_alive), "same generation");
+    assert_eq!(
+        s.tag(&alive).map(|t| t.tracked.live_bytes),
+        Some(20_000),
+        "a live block"
+    );
+    assert_eq!(
+        s.tag(&ext_tag).map(|t| t.external_bytes),
+        Some(1 << 20),
+        "external bytes"
+    );
+    assert_eq!(
+        heaptag::TagId::from_bits(id_alive.to_bits()),
+        Some(id_alive),
+        "same generation"
+    );
     drop(block);
     drop(ext);
     drop(g);

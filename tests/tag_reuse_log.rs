@@ -62,7 +62,12 @@ fn retired_ids_are_logged_before_reuse_and_the_writer_is_not_tracked() {
             continue;
         }
         match r {
-            Record::TagDef { id, job, stage, partition } => {
+            Record::TagDef {
+                id,
+                job,
+                stage,
+                partition,
+            } => {
                 if defs.contains_key(id) {
                     assert!(retired.remove(id), "id {id} defined again without a tag_retire first");
                     redefs += 1;
@@ -71,7 +76,10 @@ fn retired_ids_are_logged_before_reuse_and_the_writer_is_not_tracked() {
             }
             Record::TagRetire { id, .. } => {
                 assert!(defs.contains_key(id), "retire of an undefined id {id}");
-                assert!(last_counters.contains(id), "final counters of {id} come right before its retire");
+                assert!(
+                    last_counters.contains(id),
+                    "final counters of {id} come right before its retire"
+                );
                 assert!(retired.insert(*id), "id {id} retired twice");
                 retires += 1;
             }
@@ -81,7 +89,10 @@ fn retired_ids_are_logged_before_reuse_and_the_writer_is_not_tracked() {
             }
             Record::Alloc { tag, .. } | Record::SampleAlloc { tag, .. } | Record::Realloc { tag, .. } => {
                 assert!(defs.contains_key(tag), "event of an undefined tag id {tag}");
-                assert!(!retired.contains(tag), "event of tag id {tag} after its retire, before a new def");
+                assert!(
+                    !retired.contains(tag),
+                    "event of tag id {tag} after its retire, before a new def"
+                );
                 if defs[tag].1.as_deref() == Some(WRITER_STAGE) {
                     writer_events += 1;
                 }
@@ -92,7 +103,10 @@ fn retired_ids_are_logged_before_reuse_and_the_writer_is_not_tracked() {
     if let Some(b) = bad {
         panic!("{}", history[&b].join("\n"));
     }
-    assert_eq!(writer_events, 0, "the writer's allocations are never tracked or sampled");
+    assert_eq!(
+        writer_events, 0,
+        "the writer's allocations are never tracked or sampled"
+    );
     assert!(
         retires >= n - 2 * TAGS_KEPT as u64,
         "{retires} tag_retire records for {n} tags"

@@ -625,8 +625,12 @@ pub(crate) struct Interner {
     by_writer: bool,
     /// Ids (re)defined since the writer last sent definitions.
     defs: [u64; WORDS],
-    /// Ids found idle at their last look, kept while few tags are in use.
+    /// Ids found idle at their last look, kept while few tags are in use
+    /// (a bit per id, and the same ids with their generation in the order
+    /// they were found idle, from `idle_head` on: the oldest retire first).
     idle: [u64; WORDS],
+    idle_q: IVec<(u32, u32), Internal>,
+    idle_head: usize,
     /// Tag values that got no id, remembered up to `OVERFLOW_REMEMBERED`.
     overflowed: HashSet<Tag, MixBuild, Internal>,
     /// Of those, the ones the writer has not logged yet.
@@ -673,6 +677,8 @@ static INTERN: Mutex<Interner> = Mutex::new(Interner {
     by_writer: false,
     defs: [0; WORDS],
     idle: [0; WORDS],
+    idle_q: IVec::new_in(Internal),
+    idle_head: 0,
     overflowed: HashSet::with_hasher_in(MixBuild::new(), Internal),
     overflow_new: IVec::new_in(Internal),
     sums: Sums {
@@ -1130,20 +1136,26 @@ impl Interner {
                 mark_dirty(id);
                 continue;
             }
-            if e.is_empty() {
-                self.idle[id as usize / 64] |= 1 << (id % 64);
+            let bit = 1u64 << (id % 64);
+            if e.is_empty() && self.idle[id as usize / 64] & bit == 0 && self.idle_q.try_reserve(1).is_ok() {
+                self.idle[id as usize / 64] |= bit;
+                self.idle_q.push((id, e.gen()));
             }
         }
         if self.in_use as usize > TAGS_KEPT {
-            // Retire idle tags, lowest ids first, down to 3/4 of TAGS_KEPT.
-            for w in 0..WORDS {
-                let mut bits = self.idle[w];
-                while bits != 0 && self.in_use as usize > TAGS_KEPT * 3 / 4 {
-                    let b = bits.trailing_zeros();
-                    bits &= bits - 1;
-                    let id = w as u32 * 64 + b;
-                    self.idle[w] &= !(1 << b);
-                    seen += 1;
+            // Retire idle tags, the longest idle first, down to 3/4 of
+            // TAGS_KEPT.
+            while self.in_use as usize > TAGS_KEPT * 3 / 4 && self.idle_head < self.idle_q.len() {
+                let (id, gen) = self.idle_q[self.idle_head];
+                self.idle_head += 1;
+                let bit = 1u64 << (id % 64);
+                let Some(e) = entry(id) else { continue };
+                if self.idle[id as usize / 64] & bit == 0 || e.gen() != gen {
+                    continue;
+                }
+                self.idle[id as usize / 64] &= !bit;
+                seen += 1;
+                {
                     let Some(last) = self.retire(id) else { continue };
                     match each.as_deref_mut() {
                         Some(f) => {
@@ -1161,9 +1173,10 @@ impl Interner {
                         }
                     }
                 }
-                if self.in_use as usize <= TAGS_KEPT * 3 / 4 {
-                    break;
-                }
+            }
+            if self.idle_head > 1024 && self.idle_head * 2 > self.idle_q.len() {
+                self.idle_q.drain(..self.idle_head);
+                self.idle_head = 0;
             }
         }
         self.release(released.iter().copied());
