@@ -42,7 +42,7 @@ fn retired_ids_are_logged_before_reuse_and_the_writer_is_not_tracked() {
 
     let (recs, reader) = common::read_all(&path);
     assert!(reader.problems().is_empty(), "{:?}", reader.problems());
-    let mut defs: HashMap<u32, (Option<u64>, Option<String>, Option<u32>)> = HashMap::new();
+    let mut defs: HashMap<u32, common::TagDef> = HashMap::new();
     let mut retired: HashSet<u32> = HashSet::new();
     let mut last_counters: HashSet<u32> = HashSet::new();
     let (mut retires, mut redefs, mut writer_events) = (0u64, 0u64, 0u64);
