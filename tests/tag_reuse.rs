@@ -72,6 +72,38 @@ fn more_distinct_tags_than_ids_over_time() {
 
     stale_tag_ids_charge_their_own_tag();
     held_tags_never_retire();
+    // Last: it leaves this thread in a tag.
+    guards_dropped_out_of_order_keep_the_tag_held();
+}
+
+/// Guards dropped out of order never leave the thread in a tag that can
+/// retire (whose id could then charge another tag): the outer guard's tag
+/// stays held for good, and the drops are counted.
+fn guards_dropped_out_of_order_keep_the_tag_held() {
+    let a = Tag::new(Some(11), Some("outer"), None);
+    let b = Tag::new(Some(11), Some("inner"), None);
+    let before = heaptag::snapshot().health.guards_out_of_order;
+    let ga = a.enter();
+    let gb = b.enter();
+    drop(ga); // out of order: the thread stays in `b`
+    assert_eq!(heaptag::current(), b);
+    drop(gb); // restores `a`, whose guard is gone
+    assert_eq!(heaptag::current(), a);
+    assert_eq!(heaptag::snapshot().health.guards_out_of_order, before + 1);
+    let other = std::thread::spawn(|| {
+        for j in 0..(2 * TAGS_KEPT as u64) {
+            job(70_000_000 + j);
+        }
+    });
+    other.join().unwrap();
+    let v = black_box(vec![5u8; 7000]);
+    let s = heaptag::snapshot();
+    assert_eq!(
+        s.tag(&a).map(|t| t.tracked.live_bytes),
+        Some(7000),
+        "`a` never retired: the thread's allocations are still charged to it"
+    );
+    drop(v);
 }
 
 /// A `TagId` kept while its tag retires and its id goes to another tag

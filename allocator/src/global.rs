@@ -314,6 +314,13 @@ impl<A: GlobalAlloc> Alloc<A> {
         // never needs the tag of an unrecorded block, which no mode knows,
         // so per-tag tracked figures do not depend on the threshold.
         let (tag, thread) = thread::charged();
+        // The old block's tag stays held until the Realloc event that moves
+        // its bytes is queued: it cannot retire (and its id be reused) in
+        // between, so in the log its retirement comes after the event.
+        let held = match old_entry {
+            Some(e) if logging && stays_tracked && e.tag != tag => tag::hold_live(e.tag).then_some(e.tag),
+            _ => None,
+        };
         match old_entry {
             Some(e) => release(addr, &e, old_size, false),
             None => untracked_free(old_size),
@@ -324,6 +331,10 @@ impl<A: GlobalAlloc> Alloc<A> {
             if let (true, true, Some(e)) = (recorded && logging, stays_tracked, old_entry) {
                 emit_realloc(addr, &e, tag, new as usize, new_size as u64);
             }
+        }
+        if let Some(old_tag) = held {
+            tag::mark_dirty(old_tag);
+            tag::release_hold(old_tag);
         }
         new
     }

@@ -136,7 +136,7 @@ pub struct Health {
 pub(crate) struct Sizes {
     /// Per-thread counter slots owned by live threads now.
     pub(crate) thread_slots_in_use: u64,
-    /// Distinct tags so far.
+    /// Tags in use now.
     pub(crate) tags: u64,
     /// Entries of the side table now.
     pub(crate) table_entries: u64,

@@ -871,7 +871,9 @@ pub(crate) fn intern_hold(tag: &Tag) -> u32 {
 /// back to interning `tag` (held) when the id is stale. Returns the id held.
 pub(crate) fn hold(id: u32, gen: u32, tag: &Tag) -> u32 {
     if id == 0 {
-        return 0;
+        // Untagged, or a tag that found no id when the TagId was made: it
+        // may get one now.
+        return if tag.is_untagged() { 0 } else { intern_hold(tag) };
     }
     match entry(id).and_then(|e| e.try_hold(gen)) {
         Some(before) => {
@@ -903,7 +905,33 @@ pub(crate) fn hold_current() -> u32 {
     }
 }
 
-/// Gives back a hold taken by [`intern_hold`], [`hold`] or [`hold_current`].
+/// Takes a hold on `id`, which has a live block (so it is not retired):
+/// keeps it from retiring while a realloc moves the block's bytes to another
+/// tag and queues its event. A retirement being checked at that moment
+/// (RETIRING) finds the live block and backs off, so this retries a bounded
+/// number of times; false when it gave up (the hold is then not taken).
+pub(crate) fn hold_live(id: u32) -> bool {
+    if id == 0 {
+        return false;
+    }
+    let Some(e) = entry(id) else { return false };
+    for _ in 0..1024 {
+        if e.try_hold(e.gen()).is_some() {
+            return true;
+        }
+        std::hint::spin_loop();
+    }
+    false
+}
+
+/// In a forked child (the atfork child handler in `start.rs`): the child
+/// has no log writer, so it retires tags itself.
+pub(crate) fn after_fork_in_child() {
+    lock().by_writer = false;
+}
+
+/// Gives back a hold taken by [`intern_hold`], [`hold`], [`hold_current`]
+/// or [`hold_live`].
 pub(crate) fn release_hold(id: u32) {
     if id == 0 {
         return;
