@@ -10,7 +10,8 @@
 //! ```
 //!
 //! `--log PATH` (default `/tmp/heaptag-daemon-soak-%p.htlog`; `--log none`
-//! runs without a log) is kept for the analyzer to read.
+//! runs without a log) is kept for the analyzer to read; `--stack-depth N`
+//! (default 32, 0: no stacks) as `HEAPTAG_STACK_DEPTH`.
 
 #[path = "../tests/common/soak.rs"]
 mod soak;
@@ -29,6 +30,7 @@ fn main() {
         checked: 16,
     };
     let mut log = String::from("/tmp/heaptag-daemon-soak-%p.htlog");
+    let mut stack_depth = 32;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = |name: &str| {
@@ -49,14 +51,15 @@ fn main() {
             "--partitions" => cfg.partitions = number("--partitions", value("--partitions")).max(1) as u32,
             "--duration" => cfg.duration = Duration::from_secs(number("--duration", value("--duration"))),
             "--log" => log = value("--log"),
+            "--stack-depth" => stack_depth = number("--stack-depth", value("--stack-depth")) as u32,
             other => {
-                eprintln!("daemon_soak: unknown flag {other} (--proofs N --pipelines N --partitions N --duration SECS --log PATH|none)");
+                eprintln!("daemon_soak: unknown flag {other} (--proofs N --pipelines N --partitions N --duration SECS --log PATH|none --stack-depth N)");
                 std::process::exit(2)
             }
         }
     }
     if log != "none" {
-        match heaptag::LogConfig::new(&log).start() {
+        match heaptag::LogConfig::new(&log).stack_depth(stack_depth).start() {
             Ok(p) => eprintln!("daemon_soak: log {}", p.display()),
             Err(e) => {
                 eprintln!("daemon_soak: {e}");
@@ -70,6 +73,17 @@ fn main() {
         o.proofs, cfg.pipelines, cfg.partitions, o.max_tags_in_use, o.last.to.tags_retired, o.last.to.tag_overflow
     );
     print!("{}", soak::table(&o));
+    println!("over the run (proofs: own memory MiB, tags in use, tags visited per sample so far):");
+    let step = (o.points.len() / 10).max(1);
+    for p in o.points.iter().step_by(step) {
+        println!(
+            "  {:>7}: {:6.1} MiB, {:5} tags, {:7.1} visited/sample",
+            p.proofs,
+            p.overhead_bytes as f64 / (1 << 20) as f64,
+            p.tags_in_use,
+            p.sample_tags_visited as f64 / p.samples.max(1) as f64
+        );
+    }
     println!(
         "exact check of the last {} proofs: {} tags, {} mismatches",
         cfg.checked,

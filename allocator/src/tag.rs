@@ -720,8 +720,9 @@ static RETIRED: Mutex<Retired> = Mutex::new(Retired {
 static DIRTY: [AtomicU64; WORDS] = [const { AtomicU64::new(0) }; WORDS];
 static DIRTY_SUMMARY: [AtomicU64; WORDS / 64] = [const { AtomicU64::new(0) }; WORDS / 64];
 
-/// Set when `intern` found no free id while a log writer retires: the writer
-/// samples (and retires) at its next cycle.
+/// Set when `intern` found no free id, or more than `TAGS_KEPT` and an
+/// eighth in use, while a log writer retires: the writer samples (and
+/// retires) at its next cycle.
 static RETIRE_WANTED: AtomicBool = AtomicBool::new(false);
 
 static FORK_INTERN: ForkHeld<MutexGuard<'static, Interner>> = ForkHeld::new();
@@ -953,9 +954,16 @@ impl Interner {
             // Id 0 is the untagged tag, whoever interns first.
             let _ = self.id_of(&Tag::UNTAGGED);
         }
-        if !self.by_writer && self.in_use as usize >= TAGS_KEPT {
-            // Without a log, retire what became idle, here.
-            self.retire_idle(None, false);
+        if self.in_use as usize >= TAGS_KEPT {
+            if !self.by_writer {
+                // Without a log, retire what became idle, here.
+                self.retire_idle(None, false);
+            } else if self.in_use as usize >= TAGS_KEPT + TAGS_KEPT / 8 {
+                // With one, the writer retires at its next cycle (a few ms)
+                // rather than its next sample, so a burst of new tags does
+                // not raise the ids (and counter pages) in use.
+                RETIRE_WANTED.store(true, Ordering::Relaxed);
+            }
         }
         let Some(id) = self.take_free().or_else(|| self.take_new()) else {
             self.overflow(tag);

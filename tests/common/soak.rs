@@ -110,6 +110,8 @@ pub struct Outcome {
     pub mismatches: Vec<String>,
     /// Tags checked exactly.
     pub tags_checked: u64,
+    /// Every point taken (one per 1,000 proofs, or per tenth of a shorter run).
+    pub points: Vec<Point>,
 }
 
 /// Tracked bytes each stage allocates, in two buffers of at least the
@@ -296,6 +298,7 @@ pub fn run(cfg: &Config) -> Outcome {
         max_tags_in_use,
         mismatches,
         tags_checked,
+        points,
     }
 }
 
