@@ -73,15 +73,16 @@ fn main() {
         o.proofs, cfg.pipelines, cfg.partitions, o.max_tags_in_use, o.last.to.tags_retired, o.last.to.tag_overflow
     );
     print!("{}", soak::table(&o));
-    println!("over the run (proofs: own memory MiB, tags in use, tags visited per sample so far):");
+    println!("over the run (proofs: own memory MiB, tags in use, tags visited per sample so far, dropped events so far):");
     let step = (o.points.len() / 10).max(1);
     for p in o.points.iter().step_by(step) {
         println!(
-            "  {:>7}: {:6.1} MiB, {:5} tags, {:7.1} visited/sample",
+            "  {:>7}: {:6.1} MiB, {:5} tags, {:7.1} visited/sample, {} dropped",
             p.proofs,
             p.overhead_bytes as f64 / (1 << 20) as f64,
             p.tags_in_use,
-            p.sample_tags_visited as f64 / p.samples.max(1) as f64
+            p.sample_tags_visited as f64 / p.samples.max(1) as f64,
+            p.dropped_events
         );
     }
     println!(
