@@ -73,7 +73,9 @@ fn main() {
         o.proofs, cfg.pipelines, cfg.partitions, o.max_tags_in_use, o.last.to.tags_retired, o.last.to.tag_overflow
     );
     print!("{}", soak::table(&o));
-    println!("over the run (proofs: own memory MiB, tags in use, tags visited per sample so far, dropped events so far):");
+    println!(
+        "over the run (proofs: own memory MiB, tags in use, tags visited per sample so far, dropped events so far):"
+    );
     let step = (o.points.len() / 10).max(1);
     for p in o.points.iter().step_by(step) {
         println!(

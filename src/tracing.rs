@@ -34,7 +34,8 @@
 
 use std::cell::RefCell;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use heaptag_alloc::{static_name, Tag, TagGuard, TagId};
 use tracing_core::field::{Field, Visit};
@@ -111,10 +112,14 @@ struct SpanTag {
     job: Option<u64>,
     stage: Option<&'static str>,
     partition: Option<u32>,
-    /// The parent tag of the last enter (its `to_bits`) and the merged tag;
-    /// `try_lock`ed, so a span entered on many threads at once never waits
-    /// (a thread that finds it busy interns instead).
-    cache: Mutex<Option<(u64, TagId)>>,
+    /// The parent tag of the last enter (its `to_bits`; u64::MAX: none) and
+    /// the merged tag's bits. Two words written without a lock: a reader may
+    /// pair a key with another enter's value, which is harmless, since the
+    /// merged tag's value is computed from the parent, never taken from the
+    /// cache, and entering a `TagId` whose bits are another tag's enters its
+    /// tag by value (`TagId::from_parts`).
+    cache_key: AtomicU64,
+    cache_val: AtomicU64,
 }
 
 impl SpanTag {
@@ -127,23 +132,20 @@ impl SpanTag {
     /// interns its tag again (see `TagId`).
     fn merged(&self, cur: TagId) -> TagId {
         let key = cur.to_bits();
-        if let Ok(c) = self.cache.try_lock() {
-            if let Some((k, id)) = *c {
-                if k == key {
-                    return id;
-                }
-            }
-        }
         let parent = cur.tag();
-        let merged = Tag {
+        let tag = Tag {
             job: self.job.or(parent.job),
             stage: self.stage.or(parent.stage),
             partition: self.partition.or(parent.partition),
+        };
+        // Relaxed: see the fields' docs; a torn pair is harmless.
+        if self.cache_key.load(Ordering::Relaxed) == key {
+            return TagId::from_parts(self.cache_val.load(Ordering::Relaxed), tag);
         }
-        .id();
-        if let Ok(mut c) = self.cache.try_lock() {
-            *c = Some((key, merged));
-        }
+        let merged = tag.id();
+        self.cache_key.store(u64::MAX, Ordering::Relaxed);
+        self.cache_val.store(merged.to_bits(), Ordering::Relaxed);
+        self.cache_key.store(key, Ordering::Relaxed);
         merged
     }
 }
@@ -217,7 +219,8 @@ where
             job: v.job,
             stage,
             partition: v.partition,
-            cache: Mutex::new(None),
+            cache_key: AtomicU64::new(u64::MAX),
+            cache_val: AtomicU64::new(0),
         };
         if let (false, Some(span)) = (t.is_empty(), ctx.span(id)) {
             span.extensions_mut().insert(t);
@@ -243,7 +246,8 @@ where
             job: v.job.or(old.as_ref().and_then(|o| o.job)),
             stage: v.stage.or(old.as_ref().and_then(|o| o.stage)).or(stage_default),
             partition: v.partition.or(old.as_ref().and_then(|o| o.partition)),
-            cache: Mutex::new(None),
+            cache_key: AtomicU64::new(u64::MAX),
+            cache_val: AtomicU64::new(0),
         });
     }
 

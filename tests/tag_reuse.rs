@@ -133,6 +133,14 @@ fn stale_tag_ids_charge_their_own_tag() {
     assert_eq!(others + 9000, s.totals.tracked_live_bytes);
     drop(v);
     drop(g);
+    // Bits of another tag's id paired with `mine` still enter `mine`.
+    let other = Tag::new(Some(7), Some("other_id"), None);
+    let _o = other.enter();
+    let mixed = heaptag::TagId::from_parts(heaptag::TagId::current().to_bits(), mine);
+    mine.scope(|| {}); // `mine` is interned again, under some id
+    let g = mixed.enter();
+    assert_eq!(heaptag::current(), mine, "the tag decides, not the bits");
+    drop(g);
 }
 
 /// A tag held by a guard, or with a live block, or external bytes, never

@@ -165,6 +165,18 @@ impl TagId {
         (u64::from(self.gen) << GEN_SHIFT) | u64::from(self.id)
     }
 
+    /// A `TagId` for `tag` from bits that [`to_bits`](TagId::to_bits) gave
+    /// (a cache that keeps the bits in an atomic word and knows the tag).
+    /// Entering it enters `tag` whatever the bits: by the id when it is
+    /// still `tag`'s, else by value (as a stale `TagId`).
+    pub fn from_parts(bits: u64, tag: Tag) -> TagId {
+        TagId {
+            id: bits as u32,
+            gen: (bits >> GEN_SHIFT) as u32,
+            tag,
+        }
+    }
+
     /// The id stored by [`to_bits`](TagId::to_bits), if it is still the id
     /// of the same tag (the same generation); `None` for a number that is no
     /// tag's id, or whose tag has retired since (keep the [`TagId`] itself,
@@ -876,14 +888,22 @@ pub(crate) fn hold(id: u32, gen: u32, tag: &Tag) -> u32 {
         // may get one now.
         return if tag.is_untagged() { 0 } else { intern_hold(tag) };
     }
-    match entry(id).and_then(|e| e.try_hold(gen)) {
-        Some(before) => {
+    let Some(e) = entry(id) else { return intern_hold(tag) };
+    match e.try_hold(gen) {
+        // SAFETY: we hold the id, so its key is not rewritten meanwhile.
+        // A `TagId` made with `from_parts` may pair an id with another
+        // tag: the key decides.
+        Some(before) if unsafe { e.key() } == *tag => {
             // The first hold puts the tag in the dirty set; a held tag stays
             // there (see DIRTY).
             if before == 0 {
                 mark_dirty(id);
             }
             id
+        }
+        Some(_) => {
+            release_hold(id);
+            intern_hold(tag)
         }
         None => intern_hold(tag),
     }
