@@ -8,6 +8,8 @@
 //! - A [`Tag`] is (job, stage, partition), each optional. Each thread has a
 //!   current tag, set by guards ([`stage`], [`partition`], [`job`],
 //!   [`Tag::enter`]) and read by the allocator as one thread-local integer.
+//!   Tags no longer used (no guard, nothing alive) retire and their ids are
+//!   reused, so a daemon can make new tags forever (`tag.rs`).
 //! - Every allocation is counted under the current tag, per thread (exact).
 //! - Blocks of at least the threshold (64 KiB by default) are recorded by
 //!   address with their tag, size, time and thread: their live bytes per tag
