@@ -1272,6 +1272,23 @@ pub(crate) fn set_writer(on: bool) {
     }
 }
 
+/// Defines every tag again: every id in use, and every id retired but not
+/// yet released (its `tag_retire` is still to come). For a log that starts
+/// a new segment, which must read alone; its next sample should then list
+/// every tag (the writer's `full_sample`).
+// For the log's segments (issue 16's log half, another branch): its writer
+// calls this where it starts a segment.
+#[allow(dead_code)]
+pub(crate) fn redefine_all() {
+    let mut map = lock();
+    for id in 0..map.next {
+        let free = map.free[id as usize / 64] & (1 << (id % 64)) != 0;
+        if !free && entry(id).is_some() {
+            map.defs[id as usize / 64] |= 1 << (id % 64);
+        }
+    }
+}
+
 /// Takes the ids defined since the last call, with their tags, and the
 /// overflowing tags not logged yet.
 pub(crate) fn take_definitions(defs: &mut IVec<(u32, Tag), Internal>, overflowed: &mut IVec<Tag, Internal>) {
