@@ -82,6 +82,8 @@ pub(crate) fn dropped_events() -> u64 {
 
 /// What heaptag had to degrade, and the size of its own state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+// Figures added later read as 0 from JSON written before them.
+#[serde(default)]
 pub struct Health {
     /// Allocations the inner allocator refused (passed through as null).
     pub alloc_failures: u64,

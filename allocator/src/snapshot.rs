@@ -35,6 +35,7 @@ pub struct Snapshot {
     pub tags: Vec<TagStats>,
     /// Tags that got no id because every id was in use (charged to the
     /// untagged tag meanwhile); see [`Health::tag_overflow`].
+    #[serde(default)]
     pub overflowed_tags: Vec<Tag>,
     /// Process-wide sums (exact).
     pub totals: Totals,
