@@ -23,7 +23,8 @@ fn main() {
     let n = if full { 5_000_000 } else { 100_000 };
     let plain = tracing_subscriber::registry();
     let bare = tracing::subscriber::with_default(plain, || per_enter(n));
-    let layered = tracing_subscriber::registry().with(heaptag::tracing::HeaptagLayer::new());
+    let layered = tracing_subscriber::registry()
+        .with(heaptag::tracing::HeaptagLayer::new().stage_spans(["synthesize_partition"]));
     let with = tracing::subscriber::with_default(layered, || per_enter(n));
     println!(
         "span enter+exit: registry {bare:.1} ns, registry + HeaptagLayer {with:.1} ns (+{:.1} ns)",

@@ -57,7 +57,8 @@
 //! - `futures`: `fut.with_tag(tag)` / `fut.in_current_tag()`, entered around
 //!   every poll, for tokio or any executor (docs/ASYNC.md).
 //! - `tracing`: `heaptag::tracing::HeaptagLayer`, tags from span fields
-//!   `job_id`, `stage` (or the span name), `partition` (docs/TRACING.md).
+//!   `job_id`, `stage`, `partition`, and stages from the span names you list
+//!   (docs/TRACING.md).
 //! - `pprof`: `heaptag::pprof::heap_profile()`, a pprof heap profile of what
 //!   is live now with tag labels, for `/debug/pprof/heap` (docs/PPROF.md).
 //! - `prometheus`: `heaptag::prometheus::encode` and a `prometheus_client`

@@ -2,7 +2,10 @@
 //!
 //! [`HeaptagLayer`] sets the thread's tag while a span is entered, from the
 //! span's fields: by default `job_id` gives the job, `partition` the
-//! partition, and `stage` (or, without it, the span's name) the stage.
+//! partition, and `stage` the stage. A span's *name* becomes the stage only
+//! for the names listed with [`HeaptagLayer::stage_spans`]: never by default,
+//! since every library span (an HTTP client's, a database driver's) would
+//! otherwise make a tag of its own per job and partition.
 //! Dimensions a span does not set are inherited from the tag current when it
 //! is entered, so nested spans refine their parents. Exiting restores the
 //! previous tag, per thread: a span may be entered on several threads at once.
@@ -10,12 +13,17 @@
 //! ```
 //! use tracing_subscriber::prelude::*;
 //!
-//! tracing_subscriber::registry().with(heaptag::tracing::HeaptagLayer::new()).init();
+//! let layer = heaptag::tracing::HeaptagLayer::new().stage_spans(["synthesize_partition"]);
+//! tracing_subscriber::registry().with(layer).init();
 //!
 //! let span = tracing::info_span!("synthesize_partition", job_id = 7, partition = 3);
 //! span.in_scope(|| {
 //!     // allocations here are charged to job 7 / synthesize_partition / partition 3
-//!     assert_eq!(heaptag::current().partition, Some(3));
+//!     assert_eq!(heaptag::current().stage, Some("synthesize_partition"));
+//!     // a span not listed and without a `stage` field keeps the stage
+//!     tracing::info_span!("http_request").in_scope(|| {
+//!         assert_eq!(heaptag::current().stage, Some("synthesize_partition"));
+//!     });
 //! });
 //! ```
 //!
@@ -27,6 +35,7 @@
 use std::cell::RefCell;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use heaptag_alloc::{static_name, Tag, TagGuard, TagId};
 use tracing_core::field::{Field, Visit};
@@ -42,7 +51,8 @@ pub struct HeaptagLayer {
     job_field: &'static str,
     partition_field: &'static str,
     stage_field: &'static str,
-    stage_from_name: bool,
+    /// Span names that name the stage (sorted, for a binary search).
+    stage_spans: Arc<[&'static str]>,
 }
 
 impl Default for HeaptagLayer {
@@ -52,14 +62,13 @@ impl Default for HeaptagLayer {
 }
 
 impl HeaptagLayer {
-    /// Fields `job_id`, `partition`, `stage`; the span name as the stage
-    /// when a span has no `stage` field.
+    /// Fields `job_id`, `partition`, `stage`; no span name is a stage.
     pub fn new() -> Self {
         HeaptagLayer {
             job_field: "job_id",
             partition_field: "partition",
             stage_field: "stage",
-            stage_from_name: true,
+            stage_spans: Arc::from(Vec::new()),
         }
     }
 
@@ -81,11 +90,20 @@ impl HeaptagLayer {
         self
     }
 
-    /// Whether a span without a stage field names the stage by its own name
-    /// (default: yes). Off, such spans only set job and partition.
-    pub fn stage_from_span_name(mut self, yes: bool) -> Self {
-        self.stage_from_name = yes;
+    /// Spans with one of these names and no stage field name the stage by
+    /// their own name (e.g. the pipeline's stage spans). Others only set job
+    /// and partition, or nothing. Replaces an earlier list.
+    pub fn stage_spans(mut self, names: impl IntoIterator<Item = &'static str>) -> Self {
+        let mut v: Vec<&'static str> = names.into_iter().collect();
+        v.sort_unstable();
+        v.dedup();
+        self.stage_spans = Arc::from(v);
         self
+    }
+
+    /// The stage a span of this name gives when it has no stage field.
+    fn stage_of_name(&self, name: &'static str) -> Option<&'static str> {
+        self.stage_spans.binary_search(&name).is_ok().then_some(name)
     }
 }
 
@@ -94,8 +112,14 @@ struct SpanTag {
     job: Option<u64>,
     stage: Option<&'static str>,
     partition: Option<u32>,
-    /// (parent tag id << 32) | merged tag id of the last enter; u64::MAX: none.
-    cache: AtomicU64,
+    /// The parent tag of the last enter (its `to_bits`; u64::MAX: none) and
+    /// the merged tag's bits. Two words written without a lock: a reader may
+    /// pair a key with another enter's value, which is harmless, since the
+    /// merged tag's value is computed from the parent, never taken from the
+    /// cache, and entering a `TagId` whose bits are another tag's enters its
+    /// tag by value (`TagId::from_parts`).
+    cache_key: AtomicU64,
+    cache_val: AtomicU64,
 }
 
 impl SpanTag {
@@ -104,23 +128,24 @@ impl SpanTag {
     }
 
     /// The tag to enter over `cur`, interned once per distinct `cur`.
+    /// A cached `TagId` whose tag retired since is still right: entering it
+    /// interns its tag again (see `TagId`).
     fn merged(&self, cur: TagId) -> TagId {
-        let key = u64::from(cur.to_bits()) << 32;
-        // Relaxed: the cached pair is self-contained (both halves in one word).
-        let c = self.cache.load(Ordering::Relaxed);
-        if c != u64::MAX && c & 0xffff_ffff_0000_0000 == key {
-            if let Some(id) = TagId::from_bits(c as u32) {
-                return id;
-            }
-        }
+        let key = cur.to_bits();
         let parent = cur.tag();
-        let merged = Tag {
+        let tag = Tag {
             job: self.job.or(parent.job),
             stage: self.stage.or(parent.stage),
             partition: self.partition.or(parent.partition),
+        };
+        // Relaxed: see the fields' docs; a torn pair is harmless.
+        if self.cache_key.load(Ordering::Relaxed) == key {
+            return TagId::from_parts(self.cache_val.load(Ordering::Relaxed), tag);
         }
-        .id();
-        self.cache.store(key | u64::from(merged.to_bits()), Ordering::Relaxed);
+        let merged = tag.id();
+        self.cache_key.store(u64::MAX, Ordering::Relaxed);
+        self.cache_val.store(merged.to_bits(), Ordering::Relaxed);
+        self.cache_key.store(key, Ordering::Relaxed);
         merged
     }
 }
@@ -189,14 +214,13 @@ where
             partition: None,
         };
         attrs.record(&mut v);
-        let stage = v
-            .stage
-            .or_else(|| self.stage_from_name.then(|| attrs.metadata().name()));
+        let stage = v.stage.or_else(|| self.stage_of_name(attrs.metadata().name()));
         let t = SpanTag {
             job: v.job,
             stage,
             partition: v.partition,
-            cache: AtomicU64::new(u64::MAX),
+            cache_key: AtomicU64::new(u64::MAX),
+            cache_val: AtomicU64::new(0),
         };
         if let (false, Some(span)) = (t.is_empty(), ctx.span(id)) {
             span.extensions_mut().insert(t);
@@ -217,12 +241,13 @@ where
             return;
         }
         let old = ext.remove::<SpanTag>();
-        let stage_default = self.stage_from_name.then(|| span.metadata().name());
+        let stage_default = self.stage_of_name(span.metadata().name());
         ext.insert(SpanTag {
             job: v.job.or(old.as_ref().and_then(|o| o.job)),
             stage: v.stage.or(old.as_ref().and_then(|o| o.stage)).or(stage_default),
             partition: v.partition.or(old.as_ref().and_then(|o| o.partition)),
-            cache: AtomicU64::new(u64::MAX),
+            cache_key: AtomicU64::new(u64::MAX),
+            cache_val: AtomicU64::new(0),
         });
     }
 

@@ -106,7 +106,11 @@ fn tracing_layer() {
     INIT.call_once(|| {
         use tracing_subscriber::prelude::*;
         tracing_subscriber::registry()
-            .with(heaptag::tracing::HeaptagLayer::new())
+            .with(heaptag::tracing::HeaptagLayer::new().stage_spans([
+                "synthesize_partition",
+                "gpu_prove",
+                "shared_span",
+            ]))
             .init();
     });
 }
@@ -138,6 +142,41 @@ fn tracing_spans_set_job_stage_partition_and_restore_on_exit() {
     tracing::info_span!("work", stage = "pce_load", job_id = 9u64).in_scope(|| {
         assert_eq!(heaptag::current(), Tag::new(Some(9), Some("pce_load"), None));
     });
+}
+
+#[test]
+fn unlisted_span_names_are_not_stages() {
+    tracing_layer();
+    let outer = Tag::new(Some(12), Some("synthesize_partition"), Some(5));
+    tracing::info_span!("synthesize_partition", job_id = 12u64, partition = 5u32).in_scope(|| {
+        assert_eq!(heaptag::current(), outer);
+        // Library spans (not listed, no stage field) keep the tag as is and
+        // make no new tag, however many distinct names they have.
+        for name in 0..3 {
+            let span = match name {
+                0 => tracing::info_span!("http_request"),
+                1 => tracing::info_span!("db_query"),
+                _ => tracing::info_span!("serialize"),
+            };
+            span.in_scope(|| {
+                assert_eq!(heaptag::current(), outer, "span {name} is no stage");
+                drop(black_box(vec![3u8; 70_000]));
+            });
+        }
+        // A library span with a partition field still sets the partition.
+        tracing::info_span!("chunk", partition = 6u32).in_scope(|| {
+            assert_eq!(
+                heaptag::current(),
+                Tag::new(Some(12), Some("synthesize_partition"), Some(6))
+            );
+        });
+    });
+    assert_eq!(tracked_alloc(&outer), 3 * 70_000);
+    let snap = heaptag::snapshot();
+    let library: Vec<_> = snap
+        .tags_where(|t| matches!(t.stage, Some("http_request" | "db_query" | "serialize" | "chunk")))
+        .collect();
+    assert!(library.is_empty(), "span names not listed made tags: {library:?}");
 }
 
 #[test]

@@ -366,19 +366,21 @@ fn a_rotated_log_reads_segment_by_segment_and_as_a_whole() {
     assert!(counters.values().any(|v| v.2 > 0), "external memory is held");
     assert_eq!(end_last, counters, "the replay = the process's counters");
 
-    // And the final counters record, in the last segment.
+    // And the counters records of the last segment: its first sample lists
+    // every tag in use, each later one the tags that changed (absolute
+    // values), so the latest entry of each tag is its final figure.
     let last = segs.last().unwrap();
-    let final_counts = last
-        .recs
-        .iter()
-        .rev()
-        .find_map(|r| match r {
-            Record::Counters { tags, .. } => Some(tags.clone()),
-            _ => None,
-        })
-        .unwrap();
+    let mut final_counts: BTreeMap<u32, heaptag_format::TagCount> = BTreeMap::new();
+    for r in &last.recs {
+        if let Record::Counters { tags, .. } = r {
+            for c in tags {
+                final_counts.insert(c.tag, *c);
+            }
+        }
+    }
+    assert!(!final_counts.is_empty(), "the last segment has counters");
     let mut logged: BTreeMap<TagKey, (u64, u64, i64)> = BTreeMap::new();
-    for c in final_counts {
+    for c in final_counts.into_values() {
         let k = last.defs[&c.tag].clone();
         let v = (c.tracked_live, c.small_live, c.external as i64);
         if is_work(&k) && v != (0, 0, 0) {

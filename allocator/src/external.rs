@@ -15,7 +15,9 @@ use crate::tag::{self, Tag};
 /// drop(srs);
 /// ```
 pub fn external_alloc(bytes: u64, what: &'static str) -> ExternalGuard {
-    let id = tag::intern(&tag::current());
+    // The guard holds the tag, so it cannot retire (and its id be reused)
+    // while the memory is recorded under it.
+    let id = tag::hold_current();
     held::add(id, what, bytes);
     log_change(id, what, bytes as i64);
     ExternalGuard { id, bytes, what }
@@ -48,6 +50,7 @@ impl Drop for ExternalGuard {
     fn drop(&mut self) {
         held::remove(self.id, self.what, self.bytes);
         log_change(self.id, self.what, -(self.bytes as i64));
+        tag::release_hold(self.id);
     }
 }
 

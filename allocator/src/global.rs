@@ -314,6 +314,13 @@ impl<A: GlobalAlloc> Alloc<A> {
         // never needs the tag of an unrecorded block, which no mode knows,
         // so per-tag tracked figures do not depend on the threshold.
         let (tag, thread) = thread::charged();
+        // The old block's tag stays held until the Realloc event that moves
+        // its bytes is queued: it cannot retire (and its id be reused) in
+        // between, so in the log its retirement comes after the event.
+        let held = match old_entry {
+            Some(e) if logging && stays_tracked && e.tag != tag => tag::hold_live(e.tag).then_some(e.tag),
+            _ => None,
+        };
         match old_entry {
             Some(e) => release(addr, &e, old_size, false),
             None => untracked_free(old_size),
@@ -324,6 +331,10 @@ impl<A: GlobalAlloc> Alloc<A> {
             if let (true, true, Some(e)) = (recorded && logging, stays_tracked, old_entry) {
                 emit_realloc(addr, &e, tag, new as usize, new_size as u64);
             }
+        }
+        if let Some(old_tag) = held {
+            tag::mark_dirty(old_tag);
+            tag::release_hold(old_tag);
         }
         new
     }
@@ -421,7 +432,8 @@ fn on_alloc(p: *mut u8, size: usize) {
 
 /// Counts the free of a block without a record.
 fn untracked_free(size: usize) {
-    if size >= HOT.threshold.load(Ordering::Relaxed) {
+    // A block of heaptag's own threads has no record by design.
+    if size >= HOT.threshold.load(Ordering::Relaxed) && !thread::is_internal() {
         UNTRACKED_FREES.fetch_add(1, Ordering::Relaxed);
     }
     thread::count_small_free(size as u64);
@@ -433,6 +445,10 @@ fn untracked_free(size: usize) {
 #[cold]
 #[inline(never)]
 fn record(addr: usize, size: usize, tag_id: u32, thread: u32, birth: Option<Entry>, event: bool) -> bool {
+    if thread::is_internal() {
+        // heaptag's own threads (the log writer) never enter tracking.
+        return false;
+    }
     let tracked = size >= HOT.threshold.load(Ordering::Relaxed);
     let logging = log::on();
     let now = if logging || birth.is_none() { clock::now_ns() } else { 0 };
@@ -466,18 +482,20 @@ fn record(addr: usize, size: usize, tag_id: u32, thread: u32, birth: Option<Entr
 }
 
 /// Undoes `record` for the block at `addr` leaving (freed, or replaced by
-/// realloc); queues its event when logging and `event`.
+/// realloc); queues its event when logging and `event`. The event and the
+/// counts go before the live count drops, which may let the tag retire
+/// (`tag.rs`): its retirement then comes after them, in the log too.
 fn release(addr: usize, e: &Entry, size: usize, event: bool) {
     let Some(t) = tag::entry(e.tag) else { return };
-    if e.tracked {
-        thread::count_pair(e.tag, Some(Pair::TrackedFree), e.size);
-        // Relaxed: an independent statistic (see TagEntry).
-        t.tracked_live.fetch_sub(e.size, Ordering::Relaxed);
-    } else {
-        t.sampled_sub(&sampling::weight(e.size as usize));
-        thread::count_small_free(size as u64);
-    }
     if event && log::on() {
         emit_leave(addr, e);
+    }
+    tag::mark_dirty(e.tag);
+    if e.tracked {
+        thread::count_pair(e.tag, Some(Pair::TrackedFree), e.size);
+        t.tracked_sub(e.size);
+    } else {
+        thread::count_small_free(size as u64);
+        t.sampled_sub(&sampling::weight(e.size as usize));
     }
 }

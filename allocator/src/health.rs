@@ -31,9 +31,29 @@ pub(crate) static TABLE_INSERT_FAILURES: AtomicU64 = AtomicU64::new(0);
 /// heaptag never saw, e.g. one made while tracking was initialising).
 // Relaxed: an independent statistic.
 pub(crate) static STALE_ENTRIES: AtomicU64 = AtomicU64::new(0);
-/// Tags that could not get an id (table full or out of memory); charged as untagged.
+/// Tag values that could not get an id (every id in use, or out of memory),
+/// counted once per value; charged as untagged.
 // Relaxed: an independent statistic.
 pub(crate) static TAG_OVERFLOW: AtomicU64 = AtomicU64::new(0);
+/// Tags retired so far (their ids were reused or can be).
+// Relaxed: an independent statistic.
+pub(crate) static TAGS_RETIRED: AtomicU64 = AtomicU64::new(0);
+/// Tag guards dropped out of order (their tag then never retires).
+// Relaxed: an independent statistic.
+pub(crate) static GUARDS_OUT_OF_ORDER: AtomicU64 = AtomicU64::new(0);
+/// Snapshots that left tags out (no internal memory to read them into).
+// Relaxed: an independent statistic.
+pub(crate) static SNAPSHOT_SHORT: AtomicU64 = AtomicU64::new(0);
+/// Periodic samples the log writer took.
+// Relaxed: an independent statistic.
+pub(crate) static SAMPLES: AtomicU64 = AtomicU64::new(0);
+/// Tags those samples looked at, summed: the writer's work per sample is
+/// this over `SAMPLES` (tags that changed, not every tag ever seen).
+// Relaxed: an independent statistic.
+pub(crate) static SAMPLE_TAGS_VISITED: AtomicU64 = AtomicU64::new(0);
+/// Nanoseconds the writer spent in samples, summed.
+// Relaxed: an independent statistic.
+pub(crate) static SAMPLE_NS: AtomicU64 = AtomicU64::new(0);
 /// `HEAPTAG*` environment values that did not parse (ignored).
 // Relaxed: an independent statistic.
 pub(crate) static CONFIG_ERRORS: AtomicU64 = AtomicU64::new(0);
@@ -69,6 +89,8 @@ pub(crate) fn dropped_events() -> u64 {
 
 /// What heaptag had to degrade, and the size of its own state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+// Figures added later read as 0 from JSON written before them.
+#[serde(default)]
 pub struct Health {
     /// Allocations the inner allocator refused (passed through as null).
     pub alloc_failures: u64,
@@ -78,8 +100,24 @@ pub struct Health {
     pub table_insert_failures: u64,
     /// Records found stale at insert (a free heaptag never saw).
     pub stale_entries: u64,
-    /// Tags that got no id (more than `MAX_TAGS`); charged as untagged.
+    /// Tag values that got no id (more than `MAX_TAGS` tags in use at
+    /// once), counted once per value (up to 4,096 values; past that, once
+    /// per guard); charged as untagged. The values are in
+    /// `Snapshot::overflowed_tags`.
     pub tag_overflow: u64,
+    /// Tags retired so far: idle tags whose ids were given back for reuse.
+    pub tags_retired: u64,
+    /// Tag guards dropped out of order; each keeps its tag from retiring.
+    pub guards_out_of_order: u64,
+    /// Snapshots that left tags out (heaptag's internal heap was exhausted).
+    pub snapshots_short: u64,
+    /// Periodic samples the log writer took (0 without a log).
+    pub samples: u64,
+    /// Tags those samples looked at, summed (the writer's work: tags that
+    /// may have changed, not every tag).
+    pub sample_tags_visited: u64,
+    /// Nanoseconds the writer spent taking those samples, summed.
+    pub sample_ns: u64,
     /// `HEAPTAG*` environment values that did not parse (ignored).
     pub config_errors: u64,
     /// Events the log dropped: its buffer was full, the file could not be
@@ -98,7 +136,7 @@ pub struct Health {
     pub threads_seen: u64,
     /// Per-thread counter slots owned by live threads now.
     pub thread_slots_in_use: u64,
-    /// Distinct tags so far.
+    /// Tags in use now (interned and not retired).
     pub tags: u64,
     /// Tracked and sampled blocks recorded in the side table now.
     pub table_entries: u64,
@@ -111,7 +149,7 @@ pub struct Health {
 pub(crate) struct Sizes {
     /// Per-thread counter slots owned by live threads now.
     pub(crate) thread_slots_in_use: u64,
-    /// Distinct tags so far.
+    /// Tags in use now.
     pub(crate) tags: u64,
     /// Entries of the side table now.
     pub(crate) table_entries: u64,
@@ -126,6 +164,12 @@ pub(crate) fn read(sizes: Sizes) -> Health {
         table_insert_failures: ld(&TABLE_INSERT_FAILURES),
         stale_entries: ld(&STALE_ENTRIES),
         tag_overflow: ld(&TAG_OVERFLOW),
+        tags_retired: ld(&TAGS_RETIRED),
+        guards_out_of_order: ld(&GUARDS_OUT_OF_ORDER),
+        snapshots_short: ld(&SNAPSHOT_SHORT),
+        samples: ld(&SAMPLES),
+        sample_tags_visited: ld(&SAMPLE_TAGS_VISITED),
+        sample_ns: ld(&SAMPLE_NS),
         config_errors: ld(&CONFIG_ERRORS),
         dropped_events: dropped_events(),
         side_dropped: ld(&SIDE_DROPPED),

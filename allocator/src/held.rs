@@ -35,6 +35,7 @@ static HELD: Mutex<Held> = Mutex::new(HashMap::with_hasher_in(MixBuild::new(), I
 
 /// Adds `bytes` of `what` to tag `id` (its entry's figure and the registry).
 pub(crate) fn add(id: u32, what: &'static str, bytes: u64) {
+    tag::mark_dirty(id);
     if let Some(e) = tag::entry(id) {
         // Relaxed: an independent statistic.
         e.external_bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -47,9 +48,11 @@ pub(crate) fn add(id: u32, what: &'static str, bytes: u64) {
 
 /// Takes back what [`add`] added.
 pub(crate) fn remove(id: u32, what: &'static str, bytes: u64) {
+    tag::mark_dirty(id);
     if let Some(e) = tag::entry(id) {
         // Relaxed: an independent statistic.
-        e.external_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        // Release: a retirement that reads zero (Acquire) comes after this.
+        e.external_bytes.fetch_sub(bytes, Ordering::Release);
     }
     let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(b) = held.get_mut(&(id, what)) {

@@ -53,7 +53,8 @@ unsafe impl Allocator for Internal {
 /// Allocates a zeroed `T` from the system heap for the life of the process.
 ///
 /// Used for lazily created chunks (tag tables, per-thread counter pages) that
-/// are published once and never freed. Returns `None` when the system is out
+/// are published once; counter pages of a retired range are given back with
+/// [`free_leaked`]. Returns `None` when the system is out
 /// of memory; callers degrade (count and skip), never abort.
 pub(crate) fn leak_zeroed<T>() -> Option<NonNull<T>> {
     let layout = Layout::new::<T>();
@@ -63,6 +64,18 @@ pub(crate) fn leak_zeroed<T>() -> Option<NonNull<T>> {
     let p = NonNull::new(p.cast::<T>())?;
     OVERHEAD_BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
     Some(p)
+}
+
+/// Frees a block of [`leak_zeroed`] (a counter page of a retired range).
+///
+/// # Safety
+/// `p` came from `leak_zeroed::<T>()`, is freed once, and nothing reads it
+/// after.
+pub(crate) unsafe fn free_leaked<T>(p: NonNull<T>) {
+    let layout = Layout::new::<T>();
+    OVERHEAD_BYTES.fetch_sub(layout.size() as u64, Ordering::Relaxed);
+    // SAFETY: the caller's guarantee: `p` is `System.alloc_zeroed(layout)`'s.
+    unsafe { System.dealloc(p.as_ptr().cast(), layout) };
 }
 
 /// A lock guard kept across `fork()`: taken by the prepare handler, dropped

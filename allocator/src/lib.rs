@@ -8,6 +8,8 @@
 //! - A [`Tag`] is (job, stage, partition), each optional. Each thread has a
 //!   current tag, set by guards ([`stage`], [`partition`], [`job`],
 //!   [`Tag::enter`]) and read by the allocator as one thread-local integer.
+//!   Tags no longer used (no guard, nothing alive) retire and their ids are
+//!   reused, so a daemon can make new tags forever (`tag.rs`).
 //! - Every allocation is counted under the current tag, per thread (exact).
 //! - Blocks of at least the threshold (64 KiB by default) are recorded by
 //!   address with their tag, size, time and thread: their live bytes per tag
@@ -51,7 +53,7 @@
 //! external  the annotation API (external_alloc)            log held tag clock
 //! testing   memory assertions for cargo test               log snapshot table tag internal
 //! profile   live blocks, stacks, maps for heap profiles    log table tag sampling
-//! log/      ring, writer, finish, segments, stacks, fps    snapshot tag table jemalloc config clock internal health
+//! log/      ring, writer, finish, segments, stacks, fps    snapshot tag table thread jemalloc config clock internal health
 //! snapshot  in-process queries: sums of the counters       held tag table thread config clock internal health
 //! held      external memory held, by tag and kind          tag internal
 //! tag       tags, guards, the tag table                    thread sampling internal health
@@ -97,7 +99,7 @@ pub use jemalloc::{flush_thread_cache, jemalloc_stats, purge, JemallocError, Jem
 pub use log::{finish, log_path, mark, LogConfig, LogError, LogSummary};
 pub use profile::{live_blocks, modules, stack_frames, LiveBlock, Module};
 pub use snapshot::{snapshot, tracked_blocks, Block, SmallStats, Snapshot, TagStats, Totals, TrackedStats};
-pub use tag::{current, job, partition, shared, stage, static_name, Tag, TagGuard, TagId, MAX_TAGS};
+pub use tag::{current, job, partition, shared, stage, static_name, Tag, TagGuard, TagId, MAX_TAGS, TAGS_KEPT};
 pub use thread::MAX_THREAD_SLOTS;
 
 #[cfg(test)]

@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 use crate::health::{self, Health};
 use crate::held::{self, ExternalStats};
 use crate::internal::OVERHEAD_BYTES;
+use allocator_api2::vec::Vec as IVec;
+
+use crate::internal::Internal;
 use crate::tag::{self, Tag, TagEntry};
 use crate::thread::TagCounts;
 use crate::{clock, config, table, thread};
@@ -26,8 +29,14 @@ pub struct Snapshot {
     pub sample_rate: u64,
     /// Nanoseconds since heaptag initialised.
     pub time_ns: u64,
-    /// One entry per tag ever entered (or used by a realloc), in order of first use.
+    /// One entry per tag in use (entered or used by a realloc, and not
+    /// retired since), in id order. A retired tag (no guard, nothing alive)
+    /// is no longer listed; its figures stay in `totals`.
     pub tags: Vec<TagStats>,
+    /// Tags that got no id because every id was in use (charged to the
+    /// untagged tag meanwhile); see [`Health::tag_overflow`].
+    #[serde(default)]
+    pub overflowed_tags: Vec<Tag>,
     /// Process-wide sums (exact).
     pub totals: Totals,
     /// Bytes heaptag holds for its own bookkeeping (charged to no tag).
@@ -156,16 +165,34 @@ pub fn snapshot() -> Snapshot {
         time_ns: clock::now_ns(),
         ..Snapshot::default()
     };
-    let n = tag::count();
-    let slots: Vec<&thread::Slot> = thread::all_slots().collect();
-    let mut totals = Totals::default();
-    for id in 0..n {
-        let Some(e) = tag::entry(id) else { continue };
-        let mut counts = TagCounts::default();
-        for s in &slots {
-            s.read_into(id, &mut counts);
-        }
-        let stats = tag_stats(tag::tag_of(id), e, &counts);
+    // Read under the tag table's lock into internal memory (its holders
+    // never call the global allocator), then turned into the snapshot.
+    let mut read: IVec<TagStats, Internal> = IVec::new_in(Internal);
+    let mut overflowed: IVec<Tag, Internal> = IVec::new_in(Internal);
+    let mut short = false;
+    let retired = tag::read_all(
+        |r| {
+            if read.try_reserve(1).is_ok() {
+                read.push(tag_stats(r.tag, r.entry, &r.counts));
+            } else {
+                short = true;
+            }
+        },
+        &mut overflowed,
+    );
+    if short {
+        crate::health::SNAPSHOT_SHORT.fetch_add(1, Ordering::Relaxed);
+    }
+    let mut totals = Totals {
+        alloc_bytes: retired.alloc_bytes,
+        alloc_count: retired.alloc_count,
+        free_bytes: retired.tracked_free_bytes,
+        free_count: retired.tracked_free_count,
+        ..Totals::default()
+    };
+    snap.tags.reserve(read.len());
+    snap.overflowed_tags.extend(overflowed.iter().copied());
+    for stats in read.drain(..) {
         totals.alloc_bytes += stats.alloc_bytes;
         totals.alloc_count += stats.alloc_count;
         totals.tracked_live_bytes += stats.tracked.live_bytes;
@@ -174,7 +201,7 @@ pub fn snapshot() -> Snapshot {
         totals.external_bytes += stats.external_bytes;
         snap.tags.push(stats);
     }
-    for s in &slots {
+    for s in thread::all_slots() {
         totals.free_bytes += s.small_free_bytes.load(Ordering::Relaxed);
         totals.free_count += s.small_free_count.load(Ordering::Relaxed);
     }
@@ -186,7 +213,7 @@ pub fn snapshot() -> Snapshot {
     snap.overhead_bytes = OVERHEAD_BYTES.load(Ordering::Relaxed);
     snap.health = health::read(health::Sizes {
         thread_slots_in_use: thread::slots_in_use() as u64,
-        tags: u64::from(n),
+        tags: u64::from(tag::in_use()),
         table_entries: table::len() as u64,
     });
     snap

@@ -48,7 +48,7 @@
 //! (the writer thread) allocates and does I/O for a whole cycle; the child
 //! handler turns the child's log off instead, and nothing in the child
 //! touches them again. In the child, the thread slots of the threads it does
-//! not have are given back. jemalloc has its own fork handlers.
+//! not have are given back, and tags retire without a writer. jemalloc has its own fork handlers.
 
 use std::sync::atomic::Ordering;
 
@@ -103,6 +103,7 @@ extern "C" fn fork_parent() {
 extern "C" fn fork_child() {
     fork_parent();
     thread::after_fork_in_child();
+    tag::after_fork_in_child();
     log::after_fork_in_child();
 }
 

@@ -8,6 +8,13 @@
 //! A thread takes a [`Slot`] from a fixed pool at its first allocation and
 //! gives it back when it exits, so thousands of short-lived threads reuse a
 //! bounded set of slots; their counts stay in the slot and keep adding up.
+//! Slots are taken lowest first, so readers visit only the slots below the
+//! high-water mark of threads alive at once, not all 1,024.
+//!
+//! A slot's counters for a tag id live in a page of 256 ids, created on
+//! first use. When the tag table retires every id of a range (`tag.rs`), it
+//! zeroes their counters and frees the range's pages ([`free_range`]), so a
+//! daemon that makes new tags forever keeps a bounded number of pages.
 //! Threads that find the pool exhausted, or allocate while their thread-locals
 //! are being torn down, use the shared slot, whose counters are atomic RMWs.
 
@@ -16,7 +23,7 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use crate::health::THREADS_SEEN;
-use crate::internal::leak_zeroed;
+use crate::internal::{free_leaked, leak_zeroed};
 
 /// Number of thread slots; beyond this many live threads, the shared slot.
 pub const MAX_THREAD_SLOTS: usize = 1024;
@@ -26,6 +33,9 @@ pub const MAX_THREAD_SLOTS: usize = 1024;
 pub(crate) const TAG_IDS: usize = PAGE * PAGES;
 const PAGE: usize = 256;
 const PAGES: usize = 256;
+
+/// Ids per counter page (and per range of the tag table).
+pub(crate) const RANGE: usize = PAGE;
 
 /// One thread's counts for one tag.
 #[derive(Default)]
@@ -118,13 +128,41 @@ impl Slot {
                 Err(existing) => existing,
             };
         }
-        // SAFETY: pages are zeroed `CounterPage`s (valid atomics), published
-        // once and never freed; `tag % PAGE` is in bounds.
+        // SAFETY: pages are zeroed `CounterPage`s (valid atomics). A page is
+        // freed only by `free_range`, when every id of its range is free in
+        // the tag table: then no thread holds one of them (so none calls
+        // this for them) and no block of them is alive (so no free counts
+        // into them). `tag % PAGE` is in bounds.
         Some(unsafe { &(*page)[tag % PAGE] })
     }
 
+    /// Zeroes this slot's counters of `tag` (a retired id, which no thread
+    /// writes: see `tag.rs`, retirement).
+    fn zero(&self, tag: u32) {
+        let tag = tag as usize;
+        let Some(page_slot) = self.pages.get(tag / PAGE) else {
+            return;
+        };
+        let page = page_slot.load(Ordering::Acquire);
+        if page.is_null() {
+            return;
+        }
+        // SAFETY: as in `counter`.
+        let c = unsafe { &(*page)[tag % PAGE] };
+        for a in [
+            &c.alloc_bytes,
+            &c.alloc_count,
+            &c.tracked_alloc_bytes,
+            &c.tracked_alloc_count,
+            &c.tracked_free_bytes,
+            &c.tracked_free_count,
+        ] {
+            a.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// Adds what this slot holds for `tag` to `sum`.
-    pub(crate) fn read_into(&self, tag: u32, sum: &mut TagCounts) {
+    fn read_into(&self, tag: u32, sum: &mut TagCounts) {
         let tag = tag as usize;
         let Some(page_slot) = self.pages.get(tag / PAGE) else {
             return;
@@ -149,12 +187,65 @@ static SLOTS: [Slot; MAX_THREAD_SLOTS] = [const { Slot::new() }; MAX_THREAD_SLOT
 /// For threads without a slot of their own: attaching (re-entrant calls),
 /// tearing down, or beyond `MAX_THREAD_SLOTS`. Written with atomic RMWs.
 static SHARED: Slot = Slot::new();
-/// Where the next slot search starts (spreads threads, keeps the scan short).
-static NEXT_SLOT: AtomicU32 = AtomicU32::new(0);
+/// One more than the highest slot index ever taken: readers visit only
+/// `SLOTS[..SLOTS_USED]` and the shared slot.
+static SLOTS_USED: AtomicU32 = AtomicU32::new(0);
 
-/// Every slot, shared one included, for snapshots.
+/// Every slot ever owned, shared one included, for snapshots.
 pub(crate) fn all_slots() -> impl Iterator<Item = &'static Slot> {
-    SLOTS.iter().chain(std::iter::once(&SHARED))
+    // Acquire: pairs with the fetch_max in `take_slot`; a slot taken later
+    // holds nothing this reader could miss that it does not miss anyway.
+    let used = SLOTS_USED.load(Ordering::Acquire) as usize;
+    SLOTS[..used.min(MAX_THREAD_SLOTS)]
+        .iter()
+        .chain(std::iter::once(&SHARED))
+}
+
+/// The sum over every slot of `tag`'s counters. The caller holds the tag
+/// table's lock, so no page is freed meanwhile (see `free_range`).
+pub(crate) fn read_counts(tag: u32) -> TagCounts {
+    let mut sum = TagCounts::default();
+    for s in all_slots() {
+        s.read_into(tag, &mut sum);
+    }
+    sum
+}
+
+/// Bytes of small (unrecorded) frees, all slots: they carry no tag.
+pub(crate) fn small_free_bytes() -> u64 {
+    all_slots().fold(0u64, |n, s| n.wrapping_add(s.small_free_bytes.load(Ordering::Relaxed)))
+}
+
+/// Zeroes `tag`'s counters in every slot: the id is being retired (no
+/// thread holds it, no block of it is alive). Under the tag table's lock.
+pub(crate) fn zero_counts(tag: u32) {
+    for s in all_slots() {
+        s.zero(tag);
+    }
+}
+
+/// Frees every slot's page of ids `range * RANGE ..` (range 0, which holds
+/// the untagged id, is never freed). The caller holds the tag table's lock
+/// and every id of the range is free: no thread holds one (so no thread
+/// points its hot-path counter into the page or creates it again
+/// meanwhile) and no block of one is alive (so no free counts into it).
+/// Returns the pages freed.
+pub(crate) fn free_range(range: usize) -> usize {
+    if range == 0 || range >= PAGES {
+        return 0;
+    }
+    let mut freed = 0;
+    for s in all_slots() {
+        // AcqRel: takes the page out before freeing it.
+        let page = s.pages[range].swap(ptr::null_mut(), Ordering::AcqRel);
+        if let Some(p) = std::ptr::NonNull::new(page) {
+            // SAFETY: `p` came from `leak_zeroed::<CounterPage>` and is no
+            // longer reachable (swapped out above; see the caller's rule).
+            unsafe { free_leaked(p) };
+            freed += 1;
+        }
+    }
+    freed
 }
 
 const NEW: u8 = 0;
@@ -174,6 +265,9 @@ struct ThreadState {
     /// `swap_tag`; null whenever `own` is. The hot path reads only this.
     counter: Cell<*const TagCounter>,
     phase: Cell<u8>,
+    /// heaptag's own thread (the log writer, `finish()`): its blocks are
+    /// never recorded, sampled or logged.
+    internal: Cell<bool>,
 }
 
 thread_local! {
@@ -186,6 +280,7 @@ thread_local! {
             own: Cell::new(ptr::null()),
             counter: Cell::new(ptr::null()),
             phase: Cell::new(NEW),
+            internal: Cell::new(false),
         }
     };
     // Gives the slot back when the thread exits.
@@ -340,10 +435,11 @@ fn attach(s: &ThreadState) {
     }
 }
 
+/// The lowest free slot: a scan once per thread start, so that readers
+/// (snapshots, the writer's samples) visit only as many slots as threads
+/// were ever alive at once.
 fn take_slot() -> Option<&'static Slot> {
-    let start = NEXT_SLOT.fetch_add(1, Ordering::Relaxed) as usize;
-    for i in 0..MAX_THREAD_SLOTS {
-        let slot = &SLOTS[(start + i) % MAX_THREAD_SLOTS];
+    for (i, slot) in SLOTS.iter().enumerate() {
         // Acquire: the previous owner's counter writes happen-before ours.
         if !slot.in_use.load(Ordering::Relaxed)
             && slot
@@ -351,6 +447,8 @@ fn take_slot() -> Option<&'static Slot> {
                 .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
         {
+            // Release: readers that see the new mark see the slot taken.
+            SLOTS_USED.fetch_max(i as u32 + 1, Ordering::Release);
             return Some(slot);
         }
     }
@@ -385,9 +483,25 @@ pub(crate) fn swap_tag(id: u32) -> u32 {
         .unwrap_or(0)
 }
 
+/// Marks the calling thread as heaptag's own (or not), returning the
+/// previous mark: its allocations are still counted (under its tag), but
+/// never recorded in the table, sampled or logged.
+pub(crate) fn set_internal(yes: bool) -> bool {
+    STATE.try_with(|s| s.internal.replace(yes)).unwrap_or(false)
+}
+
+/// True on a thread marked by [`set_internal`]. Off the hot path (only
+/// where a block is about to be recorded).
+pub(crate) fn is_internal() -> bool {
+    STATE.try_with(|s| s.internal.get()).unwrap_or(false)
+}
+
 /// Number of slots currently owned by live threads.
 pub(crate) fn slots_in_use() -> usize {
-    SLOTS.iter().filter(|s| s.in_use.load(Ordering::Relaxed)).count()
+    all_slots()
+        .take(MAX_THREAD_SLOTS)
+        .filter(|s| !ptr::eq(*s, &SHARED) && s.in_use.load(Ordering::Relaxed))
+        .count()
 }
 
 /// In a forked child (the atfork child handler in `start.rs`): gives back

@@ -140,6 +140,19 @@ impl Ring {
         enq.saturating_sub(self.deq.0.load(Ordering::Relaxed))
     }
 
+    /// Events queued so far (the next enqueue position). An event whose push
+    /// returned before this call is below it.
+    pub(crate) fn enqueued(&self) -> u64 {
+        // SeqCst: ordered after the writer's reads that decided a tag
+        // retires (see `tag.rs`), which saw those pushes done.
+        self.enq.0.load(Ordering::SeqCst) as u64
+    }
+
+    /// Events taken so far (the next dequeue position).
+    pub(crate) fn dequeued(&self) -> u64 {
+        self.deq.0.load(Ordering::Relaxed) as u64
+    }
+
     /// Takes the oldest event, if one is ready. Single consumer only (the
     /// caller holds the writer lock).
     pub(crate) fn pop(&self) -> Option<Event> {

@@ -14,6 +14,8 @@ use allocator_api2::vec::Vec as IVec;
 use heaptag_format::{FrameEncoder, Header, LogSettings, Record, RecordRef, Sink, TagCount, VERSION};
 
 use super::finish::{self, ABANDONED, PENDING};
+use crate::health::{SAMPLES, SAMPLE_NS, SAMPLE_TAGS_VISITED};
+
 use super::ring::Event;
 use super::segment::{self, Segments};
 use super::{procfs, stacks, LogConfig, LogError, LogSummary};
@@ -88,6 +90,28 @@ pub(crate) fn writer_tag() -> Tag {
     Tag::new(None, Some(heaptag_format::WRITER_STAGE), None)
 }
 
+/// Makes the calling thread heaptag's own until the guard drops: its
+/// allocations are counted under [`writer_tag`] but never recorded, sampled
+/// or logged (the writer thread, and the thread running `finish()`).
+pub(crate) fn enter_writer() -> WriterGuard {
+    WriterGuard {
+        internal: crate::thread::set_internal(true),
+        _tag: writer_tag().enter(),
+    }
+}
+
+/// See [`enter_writer`].
+pub(crate) struct WriterGuard {
+    internal: bool,
+    _tag: crate::TagGuard,
+}
+
+impl Drop for WriterGuard {
+    fn drop(&mut self) {
+        crate::thread::set_internal(self.internal);
+    }
+}
+
 /// Payload size of the reserve frame written right after the header, which
 /// the writer overwrites in place with the count of lost events when the
 /// file stops growing (disk full): the one place it can still say so.
@@ -121,14 +145,27 @@ pub(crate) struct Writer {
     batch: IVec<Event, Internal>,
     /// Events in `payload` (lost if its write fails).
     pending_events: u64,
-    /// Tags `0..tags_sent` are defined in the file or in the frame being
-    /// built; stacks `1..=stacks_sent` likewise.
-    tags_sent: u32,
+    /// Stacks `1..=stacks_sent` are defined in the file or in the frame
+    /// being built.
     stacks_sent: u32,
     /// The same, as of the last frame written: a failed write rolls the
-    /// counts above back to these, so its definitions are sent again.
-    tags_written: u32,
+    /// count above back to it, so its definitions are sent again.
     stacks_written: u32,
+    /// Tag ids defined in frames not written yet: a failed write defines
+    /// them again (`tag::redefine`).
+    defs_unwritten: IVec<u32, Internal>,
+    /// Scratch for `tag::take_definitions` and the sample (kept, so a
+    /// sample allocates nothing once they have grown).
+    defs: IVec<(u32, Tag), Internal>,
+    overflowed: IVec<Tag, Internal>,
+    changed: IVec<TagCount, Internal>,
+    retired: IVec<TagCount, Internal>,
+    /// Tags retired by a sample, with the ring's enqueue position then:
+    /// their final counters and `tag_retire` go out once every event queued
+    /// before is written, then their ids are released for reuse.
+    pending: IVec<(u64, TagCount), Internal>,
+    /// The next sample lists every tag in use (the first of this log).
+    full_sample: bool,
     /// A write failed outside `send_definitions`: definitions go out again
     /// before the next record that may use them.
     resend: bool,
@@ -248,10 +285,15 @@ impl Writer {
             frame: IBuf::new(),
             batch: IVec::new_in(Internal),
             pending_events: 0,
-            tags_sent: 0,
             stacks_sent: 0,
-            tags_written: 0,
             stacks_written: 0,
+            defs_unwritten: IVec::new_in(Internal),
+            defs: IVec::new_in(Internal),
+            overflowed: IVec::new_in(Internal),
+            changed: IVec::new_in(Internal),
+            retired: IVec::new_in(Internal),
+            pending: IVec::new_in(Internal),
+            full_sample: true,
             resend: false,
             in_definitions: false,
             failures: 0,
@@ -271,7 +313,7 @@ impl Writer {
             Err(e) => {
                 // SAFETY: `fd` is the descriptor opened above, closed once.
                 unsafe { libc::close(fd) };
-                return Err(LogError::Io(w.path, e));
+                return Err(LogError::Io(w.path.clone(), e));
             }
         }
         if let Some(seg) = &mut w.seg {
@@ -280,6 +322,8 @@ impl Writer {
             let (run, time_ns) = (seg.run, now_mono);
             w.enc.push(RecordRef::Segment { time_ns, run, index: 0 });
         }
+        // From here the writer retires tags and defines every tag in use.
+        tag::set_writer(true);
         Ok(w)
     }
 
@@ -378,7 +422,7 @@ impl Writer {
             true => {
                 self.bytes += self.frame.v.len() as u64;
                 self.events += self.pending_events;
-                self.tags_written = self.tags_sent;
+                self.defs_unwritten.clear();
                 self.stacks_written = self.stacks_sent;
                 // Relaxed: figures for a summary `finish()` makes alone.
                 finish::BYTES.store(self.closed_bytes + self.bytes, Ordering::Relaxed);
@@ -389,7 +433,9 @@ impl Writer {
                 // The definitions in the lost frame never reached the file:
                 // send them again (before the next record, or by the next
                 // `send_definitions` when this one is the one that failed).
-                self.tags_sent = self.tags_written;
+                for id in self.defs_unwritten.drain(..) {
+                    tag::redefine(id);
+                }
                 self.stacks_sent = self.stacks_written;
                 self.failures += 1;
                 self.resend = !self.in_definitions;
@@ -416,12 +462,15 @@ impl Writer {
         self.resend = false;
         self.in_definitions = true;
         let failures = self.failures;
-        let tags = tag::count();
-        while self.tags_sent < tags {
-            let id = self.tags_sent;
-            let t = tag::tag_of(id);
-            // Counted as sent before the push: a frame flushed by it holds it.
-            self.tags_sent = id + 1;
+        self.defs.clear();
+        self.overflowed.clear();
+        tag::take_definitions(&mut self.defs, &mut self.overflowed);
+        let defs = std::mem::replace(&mut self.defs, IVec::new_in(Internal));
+        for (i, &(id, t)) in defs.iter().enumerate() {
+            // Listed before the push: a frame flushed by it holds it.
+            if self.defs_unwritten.try_reserve(1).is_ok() {
+                self.defs_unwritten.push(id);
+            }
             let pushed = self.put(RecordRef::TagDef {
                 id,
                 job: t.job,
@@ -429,15 +478,31 @@ impl Writer {
                 stage: t.stage,
             });
             if self.failures != failures || !pushed {
-                // A failed write rolled the count back; a record that did
-                // not fit was never in a frame.
+                // A failed write defines again what its frame held; a
+                // record that did not fit was never in a frame. The rest go
+                // out next time.
                 if self.failures == failures {
-                    self.tags_sent = id;
+                    tag::redefine(id);
                 }
+                for &(rest, _) in &defs[i + 1..] {
+                    tag::redefine(rest);
+                }
+                self.defs = defs;
                 self.in_definitions = false;
                 return;
             }
         }
+        self.defs = defs;
+        let overflowed = std::mem::replace(&mut self.overflowed, IVec::new_in(Internal));
+        for t in overflowed.iter() {
+            self.put(RecordRef::TagOverflow {
+                time_ns: clock::now_ns(),
+                job: t.job,
+                partition: t.partition,
+                stage: t.stage,
+            });
+        }
+        self.overflowed = overflowed;
         let stacks = stacks::count();
         if stacks > self.stacks_sent {
             let mut stop = false;
@@ -496,32 +561,72 @@ impl Writer {
                 metadata: j.metadata,
             });
         }
-        let snap = crate::snapshot();
-        let tags = snap
-            .tags
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.alloc_count > 0 || s.external_bytes > 0)
-            .map(|(id, s)| TagCount {
-                tag: id as u32,
-                alloc_bytes: s.alloc_bytes,
-                alloc_count: s.alloc_count,
-                tracked_live: s.tracked.live_bytes,
-                small_live: s.small.live_bytes,
-                peak: s.peak_live_bytes,
-                external: s.external_bytes,
-            })
-            .collect::<Vec<_>>();
+        // Only the tags that changed since the last sample (every tag in
+        // use at the first): O(changed), and nothing allocated through the
+        // global allocator.
+        self.changed.clear();
+        self.retired.clear();
+        let (visited, totals) = tag::writer_sample(self.full_sample, &mut self.changed, &mut self.retired);
+        self.full_sample = false;
+        // Every event of a retired tag was queued before this position.
+        let pos = RING.enqueued();
+        for c in self.retired.iter() {
+            if self.pending.try_reserve(1).is_ok() {
+                self.pending.push((pos, *c));
+            } else {
+                // No memory to wait with it: release it now (a reader then
+                // sees its id defined again without a retire record).
+                tag::release_retired([c.tag]);
+            }
+        }
+        let changed = std::mem::replace(&mut self.changed, IVec::new_in(Internal));
         self.put(RecordRef::Counters {
             time_ns: t,
-            tags: &tags,
+            tags: &changed,
         });
+        self.changed = changed;
+        let live = totals
+            .alloc_bytes
+            .wrapping_sub(totals.tracked_free_bytes)
+            .wrapping_sub(crate::thread::small_free_bytes());
         self.put(RecordRef::Totals {
             time_ns: t,
-            live: snap.totals.live_bytes,
-            tracked: snap.totals.tracked_live_bytes,
-            overhead: snap.overhead_bytes,
+            live,
+            tracked: totals.tracked_live,
+            overhead: crate::internal::OVERHEAD_BYTES.load(Ordering::Relaxed),
         });
+        SAMPLES.fetch_add(1, Ordering::Relaxed);
+        SAMPLE_TAGS_VISITED.fetch_add(visited, Ordering::Relaxed);
+        SAMPLE_NS.fetch_add(clock::now_ns().saturating_sub(t), Ordering::Relaxed);
+    }
+
+    /// Writes the final counters and `tag_retire` records of the retired
+    /// tags whose events are all written (the ring was drained past the
+    /// position at their retirement, or `all`), then releases their ids.
+    fn release_retired(&mut self, all: bool) {
+        let done = RING.dequeued();
+        let n = self.pending.iter().take_while(|(pos, _)| all || *pos <= done).count();
+        if n == 0 {
+            return;
+        }
+        let now = clock::now_ns();
+        let finals: IVec<TagCount, Internal> = {
+            let mut v = IVec::new_in(Internal);
+            if v.try_reserve(n).is_ok() {
+                v.extend(self.pending[..n].iter().map(|(_, c)| *c));
+            }
+            v
+        };
+        self.put(RecordRef::Counters {
+            time_ns: now,
+            tags: &finals,
+        });
+        for i in 0..n {
+            let id = self.pending[i].1.tag;
+            self.put(RecordRef::TagRetire { time_ns: now, id });
+        }
+        tag::release_retired(self.pending[..n].iter().map(|(_, c)| c.tag));
+        self.pending.drain(..n);
     }
 
     /// One pass: drain events, side records, a sample when due; write.
@@ -560,8 +665,11 @@ impl Writer {
                 }
             }
         }
+        // Tags retired at an earlier sample whose events are now written.
+        self.release_retired(false);
         let now = clock::now_ns();
-        if SAMPLE_NOW.swap(false, Ordering::Relaxed) || now.saturating_sub(self.last_sample_ns) >= self.interval_ns {
+        let due = SAMPLE_NOW.swap(false, Ordering::Relaxed) || tag::retire_wanted();
+        if due || now.saturating_sub(self.last_sample_ns) >= self.interval_ns {
             self.sample();
             self.send_definitions();
         }
@@ -662,9 +770,11 @@ impl Writer {
             run,
             index: next,
         });
-        self.tags_sent = 0;
+        // Every tag in use is defined again, and the first sample of the
+        // segment lists every tag (a segment reads alone).
+        tag::redefine_all();
+        self.full_sample = true;
         self.stacks_sent = 0;
-        self.tags_written = 0;
         self.stacks_written = 0;
         self.send_definitions();
         self.put_carried(&live);
@@ -762,6 +872,9 @@ impl Writer {
         let _ = STATE.compare_exchange(ON, CLOSING, Ordering::AcqRel, Ordering::Acquire);
         SAMPLE_NOW.store(true, Ordering::Relaxed);
         self.cycle();
+        // Everything queued is written: the tags retired are released.
+        self.release_retired(true);
+        tag::set_writer(false);
         if self.symbols && Instant::now() < deadline {
             self.symbolize(deadline);
         }
@@ -810,6 +923,15 @@ impl Writer {
                 });
             }
         }
+    }
+}
+
+impl Drop for Writer {
+    /// A writer that goes away without `finish` gives retirement back and
+    /// releases the ids it kept waiting (idempotent after `finish`).
+    fn drop(&mut self) {
+        tag::release_retired(self.pending.drain(..).map(|(_, c)| c.tag));
+        tag::set_writer(false);
     }
 }
 
@@ -945,7 +1067,7 @@ pub(super) fn reserve_frame(record: Option<RecordRef<'_>>) -> IBuf {
 /// The writer thread: a cycle every `tick` until `finish()` asks for the
 /// final work (see `finish.rs`), which it does, then ends.
 pub(crate) fn run(tick: Duration) {
-    let _tag = writer_tag().enter();
+    let _tag = enter_writer();
     // The writer thread never takes SIGXFSZ or SIGPIPE: its writes get EFBIG
     // or EPIPE. (Every write also goes through `quietly`, for the threads
     // that write the header and the end.)

@@ -1,0 +1,72 @@
+//! The short daemon soak (the long one is `examples/daemon_soak.rs`): a few
+//! hundred proofs with fresh job ids, 35 tags each, partitions on rayon,
+//! frees on a dealloc thread, the log on. Tags in use stay bounded, heaptag's
+//! own memory stays flat, the last proofs' tags are exact, the log retires
+//! tags (counted in it) and drops nothing.
+
+mod common;
+
+use std::time::Duration;
+
+use heaptag_format::Record;
+
+#[global_allocator]
+static GLOBAL: heaptag::Alloc = heaptag::Alloc::new();
+
+#[test]
+fn a_daemon_keeps_tags_and_memory_bounded() {
+    let path = common::temp_log("daemon_soak");
+    heaptag::LogConfig::new(&path)
+        .interval(Duration::from_millis(10))
+        .buffer_events(1 << 20)
+        .start()
+        .expect("log starts");
+    let cfg = common_soak::Config {
+        proofs: 400,
+        pipelines: 4,
+        partitions: 10,
+        duration: Duration::from_secs(3600),
+        checked: 8,
+    };
+    let o = common_soak::run(&cfg);
+    assert_eq!(o.proofs, 400);
+    assert!(o.mismatches.is_empty(), "{:#?}", o.mismatches);
+    assert_eq!(o.tags_checked, 8 * 34);
+    // 400 proofs x 35 tags = 14,000 tags made; in use stays near TAGS_KEPT.
+    assert!(
+        o.max_tags_in_use <= heaptag::TAGS_KEPT as u64 + 4 * 35 + 64,
+        "tags in use bounded: {}",
+        o.max_tags_in_use
+    );
+    assert_eq!(o.last.to.tag_overflow, 0);
+    // heaptag's own memory is flat: the last tenth of the run holds no more
+    // than the first tenth plus a little (counter pages and entries are
+    // reused; the table holds only live blocks).
+    let (first, last) = (o.first.to.overhead_bytes, o.last.to.overhead_bytes);
+    assert!(
+        last <= first + first / 4 + (2 << 20),
+        "overhead grew: {first} -> {last}"
+    );
+    let summary = heaptag::finish().expect("log on");
+    assert_eq!(summary.dropped, 0, "no event dropped");
+
+    let (recs, reader) = common::read_all(&path);
+    assert!(reader.problems().is_empty(), "{:?}", reader.problems());
+    let retires = recs.iter().filter(|r| matches!(r, Record::TagRetire { .. })).count() as u64;
+    let defs = recs.iter().filter(|r| matches!(r, Record::TagDef { .. })).count() as u64;
+    assert!(defs >= 400 * 35, "every tag defined: {defs}");
+    assert_eq!(
+        retires,
+        heaptag::snapshot().health.tags_retired,
+        "every retirement logged"
+    );
+    assert!(
+        retires >= 400 * 35 - heaptag::TAGS_KEPT as u64 - 4 * 35 - 64,
+        "{retires} tags retired of {}",
+        400 * 35
+    );
+    let _ = std::fs::remove_file(&path);
+}
+
+#[path = "common/soak.rs"]
+mod common_soak;
