@@ -75,7 +75,21 @@ pub fn heap_profile() -> Vec<u8> {
 }
 
 /// The profile before encoding, to inspect or extend (e.g. add comments).
+///
+/// What it allocates (the copies of heaptag's tables, and the symbol caches
+/// of the `backtrace` crate, tens of MiB after the first call) is charged
+/// to heaptag's own tag (stage `heaptag:writer`, as the log writer's), not
+/// to the program's untagged memory.
 pub fn profile() -> HeapProfile {
+    let own = crate::Tag {
+        job: None,
+        stage: Some(crate::WRITER_STAGE),
+        partition: None,
+    };
+    own.scope(build)
+}
+
+fn build() -> HeapProfile {
     let settings = crate::settings();
     let wall = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -34,6 +34,7 @@
 //! | `heaptag_untracked_frees_total` | counter | - | frees of tracked-size blocks heaptag had no record of |
 //! | `heaptag_table_insert_failures_total` | counter | - | blocks that could not be recorded |
 //! | `heaptag_stacks_not_stored_total` | counter | - | call stacks that could not be stored |
+//! | `heaptag_stacks_truncated_total` | counter | - | call stacks stored cut to their innermost 8 frames (the stack table at its bound) |
 //! | `heaptag_thread_slots` | gauge | - | per-thread counter slots owned by live threads |
 //!
 //! **Label cardinality is bounded**: by default the labels are `stage` and
@@ -254,6 +255,12 @@ impl PromCollector for Collector {
             "heaptag_stacks_not_stored",
             "Call stacks that could not be stored.",
             h.stacks_not_stored,
+        )?;
+        counter(
+            e,
+            "heaptag_stacks_truncated",
+            "Call stacks stored cut to their innermost frames (the stack table at its bound).",
+            h.stacks_truncated,
         )?;
         Ok(())
     }

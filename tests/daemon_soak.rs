@@ -32,9 +32,13 @@ fn a_daemon_keeps_tags_and_memory_bounded() {
     assert_eq!(o.proofs, 400);
     assert!(o.mismatches.is_empty(), "{:#?}", o.mismatches);
     assert_eq!(o.tags_checked, 8 * 34);
-    // 400 proofs x 35 tags = 14,000 tags made; in use stays near TAGS_KEPT.
+    // 400 proofs x 35 tags = 14,000 tags made; in use stays near TAGS_KEPT
+    // (the writer retires at each sample, and at its next cycle once they
+    // pass TAGS_KEPT by an eighth; how far past depends on how soon a loaded
+    // machine runs the writer, so the bound is loose: without retirement
+    // they would reach 14,000).
     assert!(
-        o.max_tags_in_use <= heaptag::TAGS_KEPT as u64 + 4 * 35 + 64,
+        o.max_tags_in_use <= heaptag::TAGS_KEPT as u64 * 3 / 2,
         "tags in use bounded: {}",
         o.max_tags_in_use
     );
@@ -61,7 +65,7 @@ fn a_daemon_keeps_tags_and_memory_bounded() {
         "every retirement logged"
     );
     assert!(
-        retires >= 400 * 35 - heaptag::TAGS_KEPT as u64 - 4 * 35 - 64,
+        retires >= 400 * 35 - heaptag::TAGS_KEPT as u64 * 3 / 2,
         "{retires} tags retired of {}",
         400 * 35
     );

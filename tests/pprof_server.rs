@@ -143,6 +143,12 @@ fn go_pprof_shown(profile: &Path, index: &str, focus: &str) -> Option<i64> {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The allocating code is shown, not cut off by drop_frames (a pattern
+    // matching a frame in the middle of the stack drops all it called).
+    assert!(
+        text.contains("build_witness"),
+        "go tool pprof shows the allocating function:\n{text}"
+    );
     let line = text.lines().find(|l| l.starts_with("Showing nodes accounting for"))?;
     let n = line["Showing nodes accounting for".len()..].trim_start();
     Some(n.split([',', ' ']).next()?.trim_end_matches('B').parse().unwrap())

@@ -73,6 +73,9 @@ pub(crate) static LOG_WRITE_ERRORS: AtomicU64 = AtomicU64::new(0);
 /// Call stacks that could not be stored (internal heap exhausted).
 // Relaxed: an independent statistic.
 pub(crate) static STACKS_NOT_STORED: AtomicU64 = AtomicU64::new(0);
+/// Call stacks stored cut to their innermost frames (the stack table full).
+// Relaxed: an independent statistic.
+pub(crate) static STACKS_TRUNCATED: AtomicU64 = AtomicU64::new(0);
 /// Thread numbers handed out: also the number of threads that allocated.
 // Relaxed: the RMW alone makes each number unique; nothing is published
 // through it.
@@ -129,9 +132,15 @@ pub struct Health {
     pub side_dropped: u64,
     /// Writes to the log file that failed (disk full, I/O error).
     pub log_write_errors: u64,
-    /// Call stacks that could not be stored (internal heap exhausted); their
-    /// events carry no stack.
+    /// Call stacks that could not be stored (internal heap exhausted, or
+    /// the stack table at its hard bound); their events carry no stack.
     pub stacks_not_stored: u64,
+    /// New call stacks stored cut to their innermost
+    /// 8 frames (the allocating call site and its callers) because the
+    /// stack table reached its bound (16 MiB of frames): a long run's
+    /// heaptag memory stays bounded while new stacks keep appearing (rayon's
+    /// work stealing makes new ones for as long as the run goes).
+    pub stacks_truncated: u64,
     /// Threads that allocated so far.
     pub threads_seen: u64,
     /// Per-thread counter slots owned by live threads now.
@@ -175,6 +184,7 @@ pub(crate) fn read(sizes: Sizes) -> Health {
         side_dropped: ld(&SIDE_DROPPED),
         log_write_errors: ld(&LOG_WRITE_ERRORS),
         stacks_not_stored: ld(&STACKS_NOT_STORED),
+        stacks_truncated: ld(&STACKS_TRUNCATED),
         threads_seen: u64::from(THREADS_SEEN.load(Ordering::Relaxed)),
         thread_slots_in_use: sizes.thread_slots_in_use,
         tags: sizes.tags,

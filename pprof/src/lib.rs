@@ -52,12 +52,19 @@ pub const SAMPLE_TYPES: [(&str, &str); 4] = [
 pub const NO_STACK: &str = "(no stack)";
 
 /// pprof's `drop_frames` of every heaptag profile: the frames of heaptag's
-/// own recording, the allocator shims and the unwinder, which every stack
-/// starts with. `go tool pprof` (and other readers) prune them from the
-/// leaf, so a profile starts at the code that allocated, as Go's heap
-/// profiles start above `runtime.mallocgc`; the frames stay in the file.
-pub const DROP_FRAMES: &str =
-    r"(heaptag_alloc::.*|<heaptag_alloc::.*|__rust_.*|__rg_.*|__rdl_.*|__rustc::.*|_Unwind_.*|backtrace::.*)";
+/// own recording (`heaptag_alloc::global`, the stack capture), the
+/// allocator shims (`__rust_alloc` and its kin) and the unwinder, which
+/// every stack starts with. `go tool pprof` (and other readers) drop the
+/// first frame from the root that matches and every frame it called, so
+/// the pattern names only those leaf frames, never one that can sit in the
+/// middle of a stack (`heaptag_alloc::tag::Tag::scope`, `__rust_try`): a
+/// profile then starts at the code that allocated, as Go's heap profiles
+/// start above `runtime.mallocgc`; the frames stay in the file.
+pub const DROP_FRAMES: &str = concat!(
+    r"(heaptag_alloc::global::.*|<heaptag_alloc::global::.*|heaptag_alloc::log::stacks::.*",
+    r"|(__rustc::)?__rust_(alloc|alloc_zeroed|realloc|dealloc)|(__rustc::)?__rg_.*|(__rustc::)?__rdl_.*",
+    r"|_Unwind_.*|backtrace::.*)"
+);
 
 /// Largest profile [`decode`] inflates (a hostile gzip bomb stops here).
 pub const MAX_DECODED_BYTES: u64 = 1 << 30;
@@ -559,5 +566,41 @@ mod tests {
     fn bad_input_is_an_error() {
         assert!(matches!(decode(&[0x1f, 0x8b, 1, 2, 3]), Err(DecodeError::Gzip(_))));
         assert!(matches!(decode(&[0xff, 0xff, 0xff]), Err(DecodeError::Proto(_))));
+    }
+}
+
+#[cfg(test)]
+mod drop_frames_tests {
+    use super::DROP_FRAMES;
+
+    /// pprof drops the first frame from the root that matches and all it
+    /// called: the pattern may match heaptag's leaf frames only.
+    #[test]
+    fn only_the_recording_and_shim_frames_are_dropped() {
+        let re = regex::Regex::new(&format!("^(?:{DROP_FRAMES})$")).unwrap();
+        for leaf in [
+            "heaptag_alloc::global::record",
+            "<heaptag_alloc::global::Alloc<A> as core::alloc::global::GlobalAlloc>::alloc",
+            "heaptag_alloc::log::stacks::capture",
+            "__rust_alloc",
+            "__rustc::__rust_realloc",
+            "__rdl_alloc",
+            "__rg_alloc",
+            "_Unwind_Backtrace",
+            "backtrace::backtrace::libunwind::trace",
+        ] {
+            assert!(re.is_match(leaf), "{leaf} is dropped");
+        }
+        for middle in [
+            "heaptag_alloc::tag::Tag::scope",
+            "heaptag_alloc::tag::shared",
+            "__rust_try",
+            "__rust_begin_short_backtrace",
+            "std::panicking::catch_unwind",
+            "pce_pipeline::build_pce",
+            "rayon_core::join::join_context::{{closure}}",
+        ] {
+            assert!(!re.is_match(middle), "{middle} is kept");
+        }
     }
 }

@@ -5,6 +5,14 @@
 //! Rust global allocator, into a buffer on the stack. Stacks are deduplicated
 //! by a hash of their frames in a table on the internal heap; the writer sends
 //! each stack's definition once, before its first use.
+//!
+//! The table is bounded, since a long run keeps making new distinct stacks
+//! (rayon's work stealing nests its frames differently every time): past
+//! [`FRAMES_SOFT`] frames stored, a new stack is stored cut to its innermost
+//! [`CUT_DEPTH`] frames (the call site and its nearest callers, which few
+//! distinct stacks share: counted in `Health::stacks_truncated`), and past
+//! [`FRAMES_HARD`] not at all (`Health::stacks_not_stored`, its events carry
+//! no stack).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -12,11 +20,19 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use allocator_api2::vec::Vec as IVec;
 use hashbrown::HashMap;
 
-use crate::health::STACKS_NOT_STORED;
+use crate::health::{STACKS_NOT_STORED, STACKS_TRUNCATED};
 use crate::internal::{mix64, ForkHeld, Internal, MixBuild};
 
 /// Deepest stack recorded.
 pub(crate) const MAX_DEPTH: usize = 128;
+
+/// Frames stored (8 bytes each) past which new stacks are stored cut to
+/// [`CUT_DEPTH`] frames: 16 MiB.
+pub(crate) const FRAMES_SOFT: usize = 2 << 20;
+/// Frames stored past which new stacks are not stored: 24 MiB.
+pub(crate) const FRAMES_HARD: usize = 3 << 20;
+/// Frames kept of a stack cut because the table passed [`FRAMES_SOFT`].
+pub(crate) const CUT_DEPTH: usize = 8;
 
 /// Frames to capture (0: stacks off). Set when the log starts.
 pub(crate) static DEPTH: AtomicU32 = AtomicU32::new(0);
@@ -83,16 +99,43 @@ pub(crate) fn intern(frames: &[u64]) -> u32 {
     if frames.is_empty() {
         return 0;
     }
+    let mut t = TABLE.lock().unwrap_or_else(PoisonError::into_inner);
+    intern_in(&mut t, frames)
+}
+
+fn hash(frames: &[u64]) -> u64 {
     let mut h = frames.len() as u64;
     for &f in frames {
         h = mix64(h ^ f);
     }
-    let mut t = TABLE.lock().unwrap_or_else(PoisonError::into_inner);
+    h
+}
+
+/// [`intern`] into `t`.
+fn intern_in(t: &mut Table, frames: &[u64]) -> u32 {
+    let mut frames = frames;
+    let mut h = hash(frames);
     if let Some(&id) = t.by_hash.get(&h) {
         if t.get(id) == Some(frames) {
             return id;
         }
         // A hash collision: store the stack under a new id, not deduplicated.
+    }
+    if t.frames.len() >= FRAMES_SOFT && frames.len() > CUT_DEPTH {
+        // The table is full: the innermost frames only (frames come
+        // innermost first), deduplicated as any stack.
+        frames = &frames[..CUT_DEPTH];
+        h = hash(frames);
+        if let Some(&id) = t.by_hash.get(&h) {
+            if t.get(id) == Some(frames) {
+                return id;
+            }
+        }
+        STACKS_TRUNCATED.fetch_add(1, Ordering::Relaxed);
+    }
+    if t.frames.len() + frames.len() > FRAMES_HARD {
+        STACKS_NOT_STORED.fetch_add(1, Ordering::Relaxed);
+        return 0;
     }
     let id = t.index.len() as u32 + 1;
     let off = t.frames.len() as u32;

@@ -507,7 +507,12 @@ fn evaluate(
             // Per stage and partition: the highest peak of any job's tag.
             let mut now_by_key: BTreeMap<String, u64> = BTreeMap::new();
             for &t in tags {
-                let e = now_by_key.entry(baseline_key(&m.tag(t))).or_default();
+                let k = m.tag(t);
+                // heaptag's own writer is in no baseline (as in `diff`).
+                if k.is_heaptag_own() {
+                    continue;
+                }
+                let e = now_by_key.entry(baseline_key(&k)).or_default();
                 *e = (*e).max(m.tag_acc.get(t).map_or(0, |a| a.peak));
             }
             let mut missing = Vec::new();

@@ -156,6 +156,7 @@ pub fn load_one(input: &Path, intervals: bool) -> Result<Model, Error> {
 /// Writes `body` to `output`, or to `out` when no file is given; with a
 /// file, a line saying what was written goes to `out`.
 fn emit(
+    m: &Model,
     output: &Option<PathBuf>,
     out: &mut dyn Write,
     what: &str,
@@ -164,6 +165,7 @@ fn emit(
     match output {
         None => body(out).map_err(Error::Output),
         Some(path) => {
+            refuse_input(m, path)?;
             let write = || -> io::Result<()> {
                 let mut f = io::BufWriter::new(std::fs::File::create(path)?);
                 body(&mut f)?;
@@ -177,6 +179,18 @@ fn emit(
             Ok(())
         }
     }
+}
+
+/// An error when `path`, an output, is one of the logs `m` was read from.
+pub(crate) fn refuse_input(m: &Model, path: &Path) -> Result<(), Error> {
+    if m.reads_file(path) {
+        return Err(ExportError::Usage(format!(
+            "{}: is the log being read; write the export to another file",
+            path.display()
+        ))
+        .into());
+    }
+    Ok(())
 }
 
 /// Runs one export; returns the model it loaded (for its warnings).
@@ -207,7 +221,7 @@ pub fn run(cmd: &ExportCmd, out: &mut dyn Write) -> Result<Model, Error> {
             };
             let f = folded::folded(&m, weight, &options)?;
             let what = format!("{} folded stacks ({} bytes in all)", f.lines.len(), f.total);
-            emit(output, out, &what, &|w| f.write(w))?;
+            emit(&m, output, out, &what, &|w| f.write(w))?;
             Ok(m)
         }
         ExportCmd::Pprof { log, at, output } => {
@@ -229,7 +243,7 @@ pub fn run(cmd: &ExportCmd, out: &mut dyn Write) -> Result<Model, Error> {
             let m = load_one(log, true)?;
             let trace = perfetto::trace(&m, *by)?;
             let what = format!("a Perfetto trace of {} events", trace.trace_events.len());
-            emit(output, out, &what, &|w| perfetto::write(&trace, w))?;
+            emit(&m, output, out, &what, &|w| perfetto::write(&trace, w))?;
             Ok(m)
         }
     }

@@ -397,7 +397,11 @@ pub fn trace(m: &Model, by: By) -> Result<Trace, Error> {
 
 /// Writes the trace as JSON.
 pub fn write(t: &Trace, out: &mut dyn Write) -> io::Result<()> {
-    serde_json::to_writer(&mut *out, t).map_err(io::Error::other)?;
+    // An I/O error keeps its kind (a closed pipe is no error to the caller).
+    serde_json::to_writer(&mut *out, t).map_err(|e| match e.io_error_kind() {
+        Some(kind) => io::Error::from(kind),
+        None => io::Error::other(e),
+    })?;
     writeln!(out)
 }
 

@@ -538,7 +538,8 @@ pub fn export(log: &Path, at: At, file: Option<&PathBuf>, out: &mut dyn Write) -
     let (p, summary) = profile(&m, at)?;
     let bytes = p.encode();
     match file {
-        Some(f) => std::fs::write(f, &bytes).map_err(|e| Error::WriteOutput(f.clone(), e))?,
+        Some(f) => super::refuse_input(&m, f)
+            .and_then(|()| std::fs::write(f, &bytes).map_err(|e| Error::WriteOutput(f.clone(), e)))?,
         None => out.write_all(&bytes)?,
     }
     Ok((summary, m))

@@ -36,9 +36,35 @@ pub fn flame(title: &str, lines: &[String]) -> Result<Flame, String> {
             svg: None,
         });
     }
+    // inferno adds weights in a usize: a total past 2^62 (only a damaged
+    // or hostile log claims that much) is drawn in units of `scale` bytes.
+    let exact: u128 = lines
+        .iter()
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, n)| n.parse::<u64>().ok()))
+        .map(u128::from)
+        .sum();
+    let scale = exact.div_ceil(1 << 62).max(1);
+    let scaled: Vec<String>;
+    let lines: &[String] = if scale > 1 {
+        scaled = lines
+            .iter()
+            .filter_map(|l| {
+                let (stack, n) = l.rsplit_once(' ')?;
+                let n = u128::from(n.parse::<u64>().ok()?) / scale;
+                (n > 0).then(|| format!("{stack} {n}"))
+            })
+            .collect();
+        &scaled
+    } else {
+        lines
+    };
     let mut opt = inferno::flamegraph::Options::default();
     opt.title = title.into();
-    opt.count_name = "bytes".into();
+    opt.count_name = if scale > 1 {
+        format!("x {scale} bytes")
+    } else {
+        "bytes".into()
+    };
     opt.name_type = "Frame:".into();
     opt.direction = inferno::flamegraph::Direction::Inverted;
     // Frames narrower than half a pixel of the 1200-pixel drawing are left
@@ -51,8 +77,15 @@ pub fn flame(title: &str, lines: &[String]) -> Result<Flame, String> {
     opt.hash = true;
     opt.deterministic = true;
     let mut svg = Vec::new();
-    inferno::flamegraph::from_lines(&mut opt, lines.iter().map(String::as_str), &mut svg)
-        .map_err(|e| format!("inferno could not draw the flame graph: {e}"))?;
+    // A panic inside the library (a case it does not expect) becomes an
+    // error naming the flame graph, not the end of the command.
+    let drawn = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        inferno::flamegraph::from_lines(&mut opt, lines.iter().map(String::as_str), &mut svg)
+    }));
+    match drawn {
+        Ok(r) => r.map_err(|e| format!("inferno could not draw the flame graph: {e}"))?,
+        Err(_) => return Err("inferno failed while drawing the flame graph".into()),
+    }
     let svg = String::from_utf8(svg).map_err(|e| format!("inferno wrote invalid UTF-8: {e}"))?;
     // Without the XML prolog and its DOCTYPE (which names a DTD by URL):
     // the page shows the SVG inside an HTML document.
@@ -94,6 +127,17 @@ mod tests {
                 .any(|t| t.starts_with("job=1 stage=b (1,000 bytes, 25.00%)")),
             "{titles:?}"
         );
+    }
+
+    #[test]
+    fn weights_past_usize_are_drawn_scaled_not_overflowed() {
+        let lines = vec![
+            format!("a;b {}", u64::MAX),
+            format!("a;c {}", u64::MAX),
+            "a;d 1".to_string(),
+        ];
+        let f = flame("huge", &lines).unwrap();
+        assert!(f.svg.as_deref().unwrap().contains("<svg"));
     }
 
     #[test]

@@ -117,6 +117,13 @@ pub fn render(data: &HtmlData, out: &mut dyn Write) -> std::io::Result<()> {
 /// Builds the page of `models` and writes it to `path` (through a
 /// temporary file beside it, so a failed run leaves no half page).
 pub fn write_file(models: &[Model], path: &Path) -> Result<u64, Error> {
+    // Never over a log it reads (`-o run.htlog` by mistake).
+    if models.iter().any(|m| m.reads_file(path)) {
+        return Err(Error::Inputs(format!(
+            "{}: is one of the logs read; give the page another name (-o report.html)",
+            path.display()
+        )));
+    }
     let d = data(models)?;
     let mut buf = Vec::new();
     render(&d, &mut buf)?;

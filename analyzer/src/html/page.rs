@@ -219,7 +219,9 @@ fn timeline(d: &HtmlData, h: &mut String) {
              <div class=\"legend\" id=\"legend-{i}\"></div>\
              <p class=\"note\">{} memory samples, drawn as {} points: each point is one {}-wide slice of the run; \
              the stack is the sample of the slice with the most live bytes, the lines their highest value in the \
-             slice (no peak is lost). Live bytes: tracked blocks exact, small blocks estimated.</p></div>",
+             slice (no sample's peak is lost; the chart shows memory at the samples, every interval, so a peak \
+             between two samples, like the attributed peak, is in The peaks below). Live bytes: tracked blocks exact, \
+             small blocks estimated.</p></div>",
             c.samples,
             c.times_s.len(),
             if c.bucket_s >= 0.1 {

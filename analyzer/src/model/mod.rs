@@ -565,6 +565,20 @@ impl std::fmt::Debug for LoadOptions {
 }
 
 impl Model {
+    /// Whether `path` names one of the files this run was read from (so an
+    /// output written there would destroy its input).
+    pub fn reads_file(&self, path: &std::path::Path) -> bool {
+        let Ok(out) = std::fs::canonicalize(path) else {
+            return false;
+        };
+        let files = if self.segments.is_empty() {
+            std::slice::from_ref(&self.path)
+        } else {
+            &self.segments[..]
+        };
+        files.iter().any(|f| std::fs::canonicalize(f).is_ok_and(|f| f == out))
+    }
+
     /// The module of the header's map that holds `addr` (binary search).
     pub fn module_of(&self, addr: u64) -> Option<&heaptag_format::Module> {
         let idx = self.module_index.get_or_init(|| ModuleIndex::new(&self.header.modules));
