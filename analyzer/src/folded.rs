@@ -28,7 +28,9 @@
 //!   report does).
 //!
 //! The figures come from a replay of the log's allocation records (the
-//! model keeps totals per tag and per stack, not per pair); tags are
+//! model keeps totals per tag and per stack, not per pair), a rotated
+//! log's segments read as one run; the same replay, with object counts
+//! besides bytes ([`stack_figures`]), makes `export pprof`'s profile. Tags are
 //! resolved when a block is allocated, so an id the log reuses for another
 //! tag never merges two tags. Names come from the model's symbols (run
 //! [`crate::symbolize::symbolize`] first for a log without them).
@@ -1029,6 +1031,54 @@ mod tests {
         for bad in ["", "soon", "1.2.3", "-1", "5 parsecs", "1e400", ".", "ms"] {
             assert!(bad.parse::<LiveAt>().is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_repeated_definition_goes_on_and_a_retired_or_changed_id_is_another_tag() {
+        let def = |stage: &str| Record::TagDef {
+            id: 7,
+            job: Some(1),
+            stage: Some(stage.into()),
+            partition: None,
+        };
+        let mut r = Replay::default();
+        r.apply(def("load"));
+        assert_eq!(r.gen(7), (7, 0));
+        // Again for the same value (after a failed write, or at a segment's
+        // start): the same lifetime, however often.
+        r.apply(def("load"));
+        r.apply(def("load"));
+        assert_eq!(r.gen(7), (7, 0));
+        // Retired, then defined for the same value: another lifetime.
+        r.apply(Record::TagRetire { time_ns: 5, id: 7 });
+        r.apply(def("load"));
+        assert_eq!(r.gen(7), (7, 1));
+        r.apply(def("load"));
+        assert_eq!(r.gen(7), (7, 1));
+        // Another value without a retire: another lifetime, another tag.
+        r.apply(def("prove"));
+        assert_eq!(r.gen(7), (7, 2));
+        assert_eq!(r.key((7, 1)).stage.as_deref(), Some("load"));
+        assert_eq!(r.key((7, 2)).stage.as_deref(), Some("prove"));
+        // An id never defined is undefined, id 0 untagged.
+        assert_eq!(r.key((9, 0)).undefined, Some(9));
+        assert_eq!(r.key((0, 0)), TagKey::default());
+    }
+
+    #[test]
+    fn fractional_split_sums_to_the_total() {
+        let s = split_fractional(10, &[(1, 1.0), (2, 1.0), (3, 1.0)]);
+        assert_eq!(s, vec![(1, 4), (2, 3), (3, 3)]);
+        assert!(split_fractional(5, &[]).is_empty());
+        assert!(split_fractional(5, &[(1, 0.0)]).is_empty());
+        // 8192.5 and 0.5 blocks: 8193 of 8194 to the first.
+        assert_eq!(
+            split_fractional(8194, &[(4, 8192.5), (5, 0.5)]),
+            vec![(4, 8193), (5, 1)]
+        );
+        // Totals beyond a float's precision still sum exactly.
+        let big = split_fractional(u64::MAX - 1, &[(1, 1.0), (2, 3.0), (3, 1e-9)]);
+        assert_eq!(big.iter().map(|x| x.1 as u128).sum::<u128>(), (u64::MAX - 1) as u128);
     }
 
     #[test]
