@@ -84,21 +84,18 @@ fn report(log: &Path) -> serde_json::Value {
 
 fn export(log: &Path, at: &str, name: &str) -> std::path::PathBuf {
     let out = log.with_file_name(name);
-    let (code, stdout, err) = heaptag(
-        &[
-            "export",
-            "pprof",
-            "--at",
-            at,
-            "-o",
-            out.to_str().unwrap(),
-            log.to_str().unwrap(),
-        ],
-        &[],
-    );
-    assert_eq!(code, 0, "{err}");
-    assert!(stdout.contains("samples"), "{stdout}");
+    common::export_pprof(log, at, &out);
     out
+}
+
+/// The values of `p`'s samples labelled `stage`, in the profile's order.
+fn stage_values(p: &heaptag_pprof::proto::Profile, stage: &str) -> Vec<Vec<i64>> {
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    p.sample
+        .iter()
+        .filter(|x| x.label.iter().any(|l| s(l.key) == "stage" && s(l.str) == stage))
+        .map(|x| x.value.clone())
+        .collect()
 }
 
 #[test]
@@ -289,14 +286,7 @@ fn a_repeated_definition_is_the_same_tag_and_a_retired_id_another() {
     let log = temp("pprof-gens");
     b.write(&log);
     let p = heaptag_pprof::decode(&std::fs::read(export(&log, "end", "gens.pb.gz")).unwrap()).unwrap();
-    let s = |i: i64| p.string_table[i as usize].clone();
-    let by_stage = |stage: &str| -> Vec<Vec<i64>> {
-        p.sample
-            .iter()
-            .filter(|x| x.label.iter().any(|l| s(l.key) == "stage" && s(l.str) == stage))
-            .map(|x| x.value.clone())
-            .collect()
-    };
+    let by_stage = |stage: &str| stage_values(&p, stage);
     // Tracked (no stack), then the small blocks no sample placed.
     assert_eq!(
         by_stage("synthesize_partition"),
@@ -342,12 +332,9 @@ fn a_definition_for_another_value_is_another_tag_and_a_repeat_is_not() {
     let log = temp("pprof-redefined");
     b.write(&log);
     let p = heaptag_pprof::decode(&std::fs::read(export(&log, "end", "redefined.pb.gz")).unwrap()).unwrap();
-    let s = |i: i64| p.string_table[i as usize].clone();
     let by_stage = |stage: &str| -> Vec<i64> {
-        p.sample
-            .iter()
-            .filter(|x| x.label.iter().any(|l| s(l.key) == "stage" && s(l.str) == stage))
-            .map(|x| x.value.clone())
+        stage_values(&p, stage)
+            .into_iter()
             .fold(vec![0; 4], |a, v| a.iter().zip(&v).map(|(x, y)| x + y).collect())
     };
     // By hand: load allocated 2 MiB + 300 B in 6 blocks (2 tracked, alive),
@@ -370,13 +357,6 @@ fn a_definition_for_another_value_is_another_tag_and_a_repeat_is_not() {
         &[],
     );
     assert_eq!(code, 0, "{err}");
-    let per = |stage: &str| -> i64 {
-        folded
-            .lines()
-            .filter(|l| l.starts_with(&format!("job=1 stage={stage};")))
-            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<i64>().unwrap())
-            .sum()
-    };
-    assert_eq!(per("load"), 2 * mib + 300);
-    assert_eq!(per("prove"), 4 * mib + 50);
+    assert_eq!(common::folded_sum(&folded, "job=1 stage=load"), 2 * MIB + 300);
+    assert_eq!(common::folded_sum(&folded, "job=1 stage=prove"), 4 * MIB + 50);
 }

@@ -575,12 +575,11 @@ fn exports_and_report_by_read_a_set_and_keep_reused_ids_apart() {
         let (_, folded, _) = heaptag(&["export", "folded", "--at", "end", seg], &[]);
         for t in r["sources"][0]["tags"].as_array().unwrap() {
             let tag = t["tag"].as_str().unwrap();
-            let sum: u64 = folded
-                .lines()
-                .filter(|l| l.starts_with(&format!("{tag};")))
-                .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
-                .sum();
-            assert_eq!(sum, t["live_end_bytes"].as_u64().unwrap(), "{seg} {tag}");
+            assert_eq!(
+                common::folded_sum(&folded, tag),
+                t["live_end_bytes"].as_u64().unwrap(),
+                "{seg} {tag}"
+            );
         }
     }
     let set_dir = d.join("set");
@@ -604,13 +603,7 @@ fn exports_and_report_by_read_a_set_and_keep_reused_ids_apart() {
     // Allocated per tag, by hand: job 1 partition 0 had id 1's first
     // lifetime (6 MiB) and id 3's (1 MiB); job 2 partition 0 id 1's second.
     let alloc = out(&["export", "folded", "--weight", "allocated", whole]);
-    let per_tag = |tag: &str| -> u64 {
-        alloc
-            .lines()
-            .filter(|l| l.starts_with(&format!("{tag};")))
-            .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
-            .sum()
-    };
+    let per_tag = |tag: &str| common::folded_sum(&alloc, tag);
     assert_eq!(per_tag("job=1 stage=prove partition=0"), 7 * MIB);
     assert_eq!(per_tag("job=2 stage=prove partition=0"), 8 * MIB);
     // At 200 ms: job 1 partition 1's 2 MiB and job 2's 8 MiB.
@@ -656,21 +649,7 @@ type Samples = std::collections::BTreeMap<(Vec<(String, String)>, Vec<String>), 
 /// duration.
 fn pprof(log: &Path, at: &str) -> (Samples, i64, i64) {
     let out = log.with_extension(format!("{at}.pb.gz"));
-    let (code, stdout, err) = heaptag(
-        &[
-            "export",
-            "pprof",
-            "--at",
-            at,
-            "-o",
-            out.to_str().unwrap(),
-            log.to_str().unwrap(),
-        ],
-        &[],
-    );
-    assert_eq!(code, 0, "{}: {err}", log.display());
-    assert!(stdout.contains("samples"), "{stdout}");
-    let p = heaptag_pprof::decode(&std::fs::read(&out).unwrap()).unwrap();
+    let p = common::export_pprof(log, at, &out);
     std::fs::remove_file(&out).ok();
     let s = |i: i64| p.string_table[i as usize].clone();
     let frame = |id: u64| {
