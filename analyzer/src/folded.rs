@@ -28,7 +28,9 @@
 //!   report does).
 //!
 //! The figures come from a replay of the log's allocation records (the
-//! model keeps totals per tag and per stack, not per pair); tags are
+//! model keeps totals per tag and per stack, not per pair), a rotated
+//! log's segments read as one run; the same replay, with object counts
+//! besides bytes ([`stack_figures`]), makes `export pprof`'s profile. Tags are
 //! resolved when a block is allocated, so an id the log reuses for another
 //! tag never merges two tags. Names come from the model's symbols (run
 //! [`crate::symbolize::symbolize`] first for a log without them).
@@ -275,28 +277,64 @@ enum SegMode {
 /// defined again, or an id defined for another value, is another tag).
 pub(crate) type Gen = (u32, u32);
 
-/// A replay of a log's allocation records that keeps bytes per (tag
-/// generation, stack): what folded stacks and the Perfetto counters need.
+/// A live tracked block: (tag, stack, size). It counts one object.
+type Block = (Gen, u32, u64);
+
+/// A live sampled small block: (tag, stack, weight, objects). Its weight is
+/// the bytes it stands for, `objects` the blocks (weight / size: a sample
+/// taken with probability p = size / weight stands for 1 / p blocks).
+type Sample = (Gen, u32, u64, f64);
+
+/// The objects a sample of `size` bytes and `weight` stands for.
+fn sample_objects(size: u64, weight: u64) -> f64 {
+    if size == 0 {
+        1.0
+    } else {
+        weight as f64 / size as f64
+    }
+}
+
+/// What one (tag generation, stack) holds and has allocated so far.
+#[derive(Clone, Copy, Debug, Default)]
+struct Acc {
+    /// Live bytes: tracked sizes plus sample weights.
+    live_bytes: u64,
+    /// Live tracked blocks.
+    live_blocks: u64,
+    /// Live sampled blocks, as the blocks they stand for.
+    live_sampled: f64,
+    /// Tracked bytes allocated (the realloc rule applied).
+    tracked_bytes: u64,
+    /// Tracked blocks allocated (a resize under the same tag is none).
+    tracked_blocks: u64,
+    /// Sampled weight allocated: what the tag's small allocations are
+    /// split over stacks by.
+    sampled_weight: u64,
+    /// Sampled blocks allocated, as the blocks they stand for: what the
+    /// tag's small allocation count is split by.
+    sampled_objects: f64,
+}
+
+/// A replay of a log's allocation records that keeps figures per (tag
+/// generation, stack): what folded stacks, the pprof profile, the Perfetto
+/// counters and `report --by` need.
 #[derive(Default)]
 pub(crate) struct Replay {
     /// Current generation of each id.
     generation: MixMap<u32, u32>,
     /// Tag of each generation.
     keys: MixMap<Gen, TagKey>,
-    /// Live tracked blocks: address -> (tag, stack, size).
-    live: MixMap<u64, (Gen, u32, u64)>,
+    /// Live tracked blocks by address.
+    live: MixMap<u64, Block>,
     /// Blocks between `realloc_begin` and `realloc`: (thread, address).
-    moving: MixMap<(u32, u64), (Gen, u32, u64)>,
-    /// Live sampled blocks: address -> (tag, stack, weight).
-    samples: MixMap<u64, (Gen, u32, u64)>,
-    /// Live bytes per (tag, stack).
-    live_bytes: MixMap<(Gen, u32), u64>,
-    /// Allocated tracked bytes per (tag, stack).
-    tracked_alloc: MixMap<(Gen, u32), u64>,
-    /// Allocated sampled weight per (tag, stack).
-    sampled_alloc: MixMap<(Gen, u32), u64>,
-    /// Latest counters per tag (all sizes, exact).
-    counters: MixMap<Gen, u64>,
+    moving: MixMap<(u32, u64), Block>,
+    /// Live sampled blocks by address.
+    samples: MixMap<u64, Sample>,
+    /// Figures per (tag, stack).
+    acc: MixMap<(Gen, u32), Acc>,
+    /// Latest counters per tag (all sizes, exact): (bytes, blocks)
+    /// allocated in the generation's lifetime.
+    counters: MixMap<Gen, (u64, u64)>,
     /// Ids retired (`tag_retire`): their next definition starts another
     /// lifetime even for the same value.
     retired: std::collections::HashSet<u32>,
@@ -319,35 +357,62 @@ impl Replay {
         (id, self.generation.get(&id).copied().unwrap_or(0))
     }
 
-    fn add_live(&mut self, k: (Gen, u32), v: u64) {
-        let e = self.live_bytes.entry(k).or_default();
-        *e = e.saturating_add(v);
+    /// `bytes` (and `blocks` tracked or `sampled` blocks) come alive at `k`.
+    fn add_live(&mut self, k: (Gen, u32), bytes: u64, blocks: u64, sampled: f64) {
+        let a = self.acc.entry(k).or_default();
+        a.live_bytes = a.live_bytes.saturating_add(bytes);
+        a.live_blocks = a.live_blocks.saturating_add(blocks);
+        a.live_sampled += sampled;
         if self.track_tags {
             let t = self.tag_live.entry(k.0).or_default();
-            *t = t.saturating_add(v);
+            *t = t.saturating_add(bytes);
             self.changed.push(k.0);
         }
     }
 
-    fn sub_live(&mut self, k: (Gen, u32), v: u64) {
-        if let Some(e) = self.live_bytes.get_mut(&k) {
-            let v = v.min(*e);
-            *e -= v;
-            if *e == 0 {
-                self.live_bytes.remove(&k);
-            }
+    /// `bytes` (and `blocks`, `sampled`) at `k` are freed.
+    fn sub_live(&mut self, k: (Gen, u32), bytes: u64, blocks: u64, sampled: f64) {
+        if let Some(a) = self.acc.get_mut(&k) {
+            let bytes = bytes.min(a.live_bytes);
+            a.live_bytes -= bytes;
+            a.live_blocks = a.live_blocks.saturating_sub(blocks);
+            a.live_sampled = (a.live_sampled - sampled).max(0.0);
             if self.track_tags {
                 if let Some(t) = self.tag_live.get_mut(&k.0) {
-                    *t = t.saturating_sub(v);
+                    *t = t.saturating_sub(bytes);
                 }
                 self.changed.push(k.0);
             }
         }
     }
 
-    fn alloc_tracked(&mut self, k: (Gen, u32), v: u64) {
-        let e = self.tracked_alloc.entry(k).or_default();
-        *e = e.saturating_add(v);
+    fn enter_block(&mut self, addr: u64, b: Block) {
+        self.add_live((b.0, b.1), b.2, 1, 0.0);
+        if let Some(old) = self.live.insert(addr, b) {
+            // An allocation at a live address: its free was dropped.
+            self.leave_block(old);
+        }
+    }
+
+    fn leave_block(&mut self, b: Block) {
+        self.sub_live((b.0, b.1), b.2, 1, 0.0);
+    }
+
+    fn enter_sample(&mut self, addr: u64, s: Sample) {
+        self.add_live((s.0, s.1), s.2, 0, s.3);
+        if let Some(old) = self.samples.insert(addr, s) {
+            self.leave_sample(old);
+        }
+    }
+
+    fn leave_sample(&mut self, s: Sample) {
+        self.sub_live((s.0, s.1), s.2, 0, s.3);
+    }
+
+    fn alloc_tracked(&mut self, k: (Gen, u32), bytes: u64, blocks: u64) {
+        let a = self.acc.entry(k).or_default();
+        a.tracked_bytes = a.tracked_bytes.saturating_add(bytes);
+        a.tracked_blocks = a.tracked_blocks.saturating_add(blocks);
     }
 
     pub(crate) fn apply(&mut self, rec: Record) {
@@ -393,8 +458,9 @@ impl Replay {
                 };
                 // The first definition is lifetime 0. The same id for the
                 // same value again (a segment repeats the definitions it
-                // uses) goes on; after a tag_retire, or for another value,
-                // it is another lifetime.
+                // uses, the writer repeats them after a failed write) goes
+                // on; after a tag_retire, or for another value, it is
+                // another lifetime (as the model counts them).
                 let retired = self.retired.remove(&id);
                 let g = match self.generation.get(&id).copied() {
                     Some(g) if !retired && self.keys.get(&(id, g)) == Some(&key) => return,
@@ -406,24 +472,22 @@ impl Replay {
             }
             Record::Alloc {
                 tag, stack, addr, size, ..
+            } => {
+                let g = self.gen(tag);
+                self.alloc_tracked((g, stack), size, 1);
+                self.enter_block(addr, (g, stack, size));
             }
-            | Record::Carried {
+            // A block alive when a log segment opened: carried into this
+            // segment's state, allocated in an earlier one.
+            Record::Carried {
                 tag, stack, addr, size, ..
             } => {
-                let is_alloc = matches!(rec, Record::Alloc { .. });
                 let g = self.gen(tag);
-                if is_alloc {
-                    self.alloc_tracked((g, stack), size);
-                }
-                self.add_live((g, stack), size);
-                if let Some((og, os, osz)) = self.live.insert(addr, (g, stack, size)) {
-                    // An allocation at a live address: its free was dropped.
-                    self.sub_live((og, os), osz);
-                }
+                self.enter_block(addr, (g, stack, size));
             }
             Record::Free { addr, .. } => {
-                if let Some((g, s, sz)) = self.live.remove(&addr) {
-                    self.sub_live((g, s), sz);
+                if let Some(b) = self.live.remove(&addr) {
+                    self.leave_block(b);
                 }
             }
             Record::ReallocBegin { thread, addr, .. } => {
@@ -444,57 +508,59 @@ impl Replay {
                     .remove(&(thread, old_addr))
                     .or_else(|| self.live.remove(&old_addr));
                 let g = self.gen(tag);
-                let (stack, allocated) = match old {
-                    Some((og, os, osz)) => {
-                        self.sub_live((og, os), osz);
+                let (stack, bytes, blocks) = match old {
+                    Some(o) => {
+                        self.leave_block(o);
                         // The realloc rule (docs/REPORTS.md), as the model
-                        // applies it: under the same tag a resize
-                        // allocates its growth, under another the whole.
-                        let moved = og != g;
-                        (os, if moved { size } else { size.saturating_sub(osz) })
+                        // applies it: under the same tag a resize allocates
+                        // its growth (and no block), under another tag the
+                        // whole block.
+                        if o.0 != g {
+                            (o.1, size, 1)
+                        } else {
+                            (o.1, size.saturating_sub(o.2), 0)
+                        }
                     }
-                    None => (0, size),
+                    None => (0, size, 1),
                 };
-                self.alloc_tracked((g, stack), allocated);
-                self.add_live((g, stack), size);
-                if let Some((og, os, osz)) = self.live.insert(addr, (g, stack, size)) {
-                    self.sub_live((og, os), osz);
-                }
+                self.alloc_tracked((g, stack), bytes, blocks);
+                self.enter_block(addr, (g, stack, size));
             }
             Record::SampleAlloc {
                 tag,
                 stack,
                 addr,
-                weight,
-                ..
-            }
-            | Record::CarriedSample {
-                tag,
-                stack,
-                addr,
+                size,
                 weight,
                 ..
             } => {
-                let is_alloc = matches!(rec, Record::SampleAlloc { .. });
                 let g = self.gen(tag);
-                if is_alloc {
-                    let e = self.sampled_alloc.entry((g, stack)).or_default();
-                    *e = e.saturating_add(weight);
-                }
-                self.add_live((g, stack), weight);
-                if let Some((og, os, w)) = self.samples.insert(addr, (g, stack, weight)) {
-                    self.sub_live((og, os), w);
-                }
+                let objects = sample_objects(size, weight);
+                let a = self.acc.entry((g, stack)).or_default();
+                a.sampled_weight = a.sampled_weight.saturating_add(weight);
+                a.sampled_objects += objects;
+                self.enter_sample(addr, (g, stack, weight, objects));
+            }
+            Record::CarriedSample {
+                tag,
+                stack,
+                addr,
+                size,
+                weight,
+                ..
+            } => {
+                let g = self.gen(tag);
+                self.enter_sample(addr, (g, stack, weight, sample_objects(size, weight)));
             }
             Record::SampleFree { addr, .. } => {
-                if let Some((g, s, w)) = self.samples.remove(&addr) {
-                    self.sub_live((g, s), w);
+                if let Some(s) = self.samples.remove(&addr) {
+                    self.leave_sample(s);
                 }
             }
             Record::Counters { tags, .. } => {
                 for c in tags {
                     let g = self.gen(c.tag);
-                    self.counters.insert(g, c.alloc_bytes);
+                    self.counters.insert(g, (c.alloc_bytes, c.alloc_count));
                 }
             }
             _ => {}
@@ -504,11 +570,16 @@ impl Replay {
     /// Forgets every live block and sample (a segment whose predecessor
     /// was not read whole: its carried records are the live state).
     fn drop_live_state(&mut self) {
-        let blocks: Vec<(Gen, u32, u64)> = self.live.drain().map(|(_, b)| b).collect();
-        let samples: Vec<(Gen, u32, u64)> = self.samples.drain().map(|(_, b)| b).collect();
-        self.moving.clear();
-        for (g, s, v) in blocks.into_iter().chain(samples) {
-            self.sub_live((g, s), v);
+        let mut blocks: Vec<Block> = self.live.drain().map(|(_, b)| b).collect();
+        // A block mid-resize is alive too (its `realloc` is not in this
+        // segment).
+        blocks.extend(self.moving.drain().map(|(_, b)| b));
+        let samples: Vec<Sample> = self.samples.drain().map(|(_, s)| s).collect();
+        for b in blocks {
+            self.leave_block(b);
+        }
+        for s in samples {
+            self.leave_sample(s);
         }
     }
 
@@ -564,23 +635,55 @@ fn split_exact(total: u64, parts: &[(u32, u64)]) -> Vec<(u32, u64)> {
     if sum == 0 {
         return Vec::new();
     }
-    let mut shares: Vec<(u32, u64, u128)> = parts
+    let shares: Vec<(u32, u64, u128)> = parts
         .iter()
         .map(|&(s, w)| {
             let num = total as u128 * w as u128;
             (s, (num / sum) as u64, num % sum)
         })
         .collect();
-    let given: u64 = shares.iter().map(|s| s.1).sum();
-    let mut left = total - given;
-    let mut order: Vec<usize> = (0..shares.len()).collect();
-    order.sort_by(|&a, &b| shares[b].2.cmp(&shares[a].2).then(shares[a].0.cmp(&shares[b].0)));
-    for i in order {
-        if left == 0 {
-            break;
+    hand_out(total, shares, |a, b| a.cmp(b))
+}
+
+/// As [`split_exact`], for weights that are not whole numbers (the blocks
+/// sampled small blocks stand for).
+fn split_fractional(total: u64, parts: &[(u32, f64)]) -> Vec<(u32, u64)> {
+    let sum: f64 = parts.iter().map(|p| p.1).sum();
+    if !sum.is_finite() || sum <= 0.0 {
+        return Vec::new();
+    }
+    let shares: Vec<(u32, u64, f64)> = parts
+        .iter()
+        .map(|&(s, w)| {
+            let exact = total as f64 * (w / sum);
+            (s, exact.floor() as u64, exact - exact.floor())
+        })
+        .collect();
+    hand_out(total, shares, f64::total_cmp)
+}
+
+/// Completes floor shares `(part, floor, remainder)` to sum to `total`:
+/// what is left goes one each to the largest remainders (ties to the lower
+/// part), after an even share each when more is left than there are parts
+/// (a fractional split's rounding).
+fn hand_out<R>(
+    total: u64,
+    mut shares: Vec<(u32, u64, R)>,
+    cmp: impl Fn(&R, &R) -> std::cmp::Ordering,
+) -> Vec<(u32, u64)> {
+    let given = shares.iter().fold(0u64, |a, s| a.saturating_add(s.1));
+    let mut left = total.saturating_sub(given);
+    let n = shares.len() as u64;
+    if n > 0 && left >= n {
+        for s in &mut shares {
+            s.1 += left / n;
         }
+        left %= n;
+    }
+    let mut order: Vec<usize> = (0..shares.len()).collect();
+    order.sort_by(|&a, &b| cmp(&shares[b].2, &shares[a].2).then(shares[a].0.cmp(&shares[b].0)));
+    for i in order.into_iter().take(left as usize) {
         shares[i].1 += 1;
-        left -= 1;
     }
     shares.into_iter().map(|(s, v, _)| (s, v)).collect()
 }
@@ -654,6 +757,58 @@ pub(crate) enum Flow {
     After,
 }
 
+/// One tag's figures at one call stack, up to a moment ([`LiveAt`]): what
+/// is in use then and what was allocated from the start to then (the four
+/// values of a pprof heap profile).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StackFigure {
+    /// The tag.
+    pub tag: TagKey,
+    /// The stack's id in the log (`None`: no stack, or the tag's small
+    /// allocations that no sample placed: see [`UNSAMPLED_FRAME`]).
+    pub stack: Option<u32>,
+    /// Whether `stack: None` stands for unsampled small allocations
+    /// rather than a missing stack.
+    pub unsampled: bool,
+    /// Bytes in use: tracked blocks exactly, sampled small blocks at their
+    /// weight (the estimate every report uses).
+    pub live_bytes: u64,
+    /// Blocks in use: a tracked block counts one, a sampled small block the
+    /// blocks it stands for (weight / size), rounded.
+    pub live_objects: u64,
+    /// Bytes allocated: tracked blocks exactly (the realloc rule), small
+    /// blocks from the tag's exact counters split by sampled weight.
+    pub alloc_bytes: u64,
+    /// Blocks allocated: tracked blocks exactly (a resize under the same
+    /// tag is none), small blocks from the counters split by the blocks
+    /// the samples stand for.
+    pub alloc_objects: u64,
+}
+
+/// Figures per (tag, stack) of one log at one moment: what
+/// [`stack_figures`] returns.
+#[derive(Clone, Debug, Default)]
+pub struct StackFigures {
+    /// The moment, ns since the log's start.
+    pub time_ns: u64,
+    /// Per (tag, stack), sorted by tag then stack; none all zero.
+    pub entries: Vec<StackFigure>,
+}
+
+/// Figures per (tag, stack) of the run `m` was loaded from (its log, or
+/// its segments in order), up to the moment `at`. In use: as
+/// [`Weight::Live`] weighs. Allocated up to then: tracked blocks as
+/// [`Weight::Allocated`] counts them; small blocks from the latest counter
+/// sample up to then less the tracked allocated by then (the rule of
+/// `heaptag report`'s *allocated*; nothing where the log holds no counter
+/// sample yet), split over the sampled stacks. At [`LiveAt::End`] the
+/// allocated bytes are [`Weight::Allocated`]'s, and a tag's figures sum to
+/// its *allocated* and *allocations* in `heaptag report`. heaptag's own
+/// writer tag is left out.
+pub fn stack_figures(m: &Model, at: LiveAt) -> Result<StackFigures, Error> {
+    stack_figures_files(&run_files(m), m.attributed_peak.1, at)
+}
+
 /// Bytes per (tag, stack) of the run `m` was loaded from (its log, or its
 /// segments in order), weighed as `weight` says (the log is read again;
 /// memory bounded by what is alive and by the (tag, stack) pairs).
@@ -670,11 +825,41 @@ pub fn stack_weights_of(path: &Path, peak_record: u64, weight: Weight) -> Result
 }
 
 fn stack_weights_files(files: &[PathBuf], peak_record: u64, weight: Weight) -> Result<StackWeights, Error> {
+    // Allocated covers the whole run: the figures at its end.
+    let (at, live) = match weight {
+        Weight::Live(at) => (at, true),
+        Weight::Allocated => (LiveAt::End, false),
+    };
+    let f = stack_figures_files(files, peak_record, at)?;
+    let entries: Vec<StackWeight> = f
+        .entries
+        .into_iter()
+        .filter_map(|e| {
+            let bytes = if live { e.live_bytes } else { e.alloc_bytes };
+            (bytes > 0).then_some(StackWeight {
+                tag: e.tag,
+                stack: e.stack,
+                bytes,
+                unsampled: e.unsampled,
+            })
+        })
+        .collect();
+    let total = entries.iter().fold(0u64, |a, e| a.saturating_add(e.bytes));
+    Ok(StackWeights {
+        time_ns: live.then_some(f.time_ns),
+        entries,
+        total,
+    })
+}
+
+/// Replays `files` up to the moment `at` (`peak_record` as for
+/// [`stack_weights_of`]): the replay, and the moment's time.
+fn replay_to(files: &[PathBuf], peak_record: u64, at: LiveAt) -> Result<(Replay, u64), Error> {
     let mut replay = Replay::default();
     let mut records = 0u64;
     let mut last_t = 0u64;
-    let stop_at = match weight {
-        Weight::Live(LiveAt::Peak) => Some(peak_record),
+    let stop_at = match at {
+        LiveAt::Peak => Some(peak_record),
         _ => None,
     };
     if stop_at != Some(0) {
@@ -685,7 +870,7 @@ fn stack_weights_files(files: &[PathBuf], peak_record: u64, weight: Weight) -> R
             |rec, _| {
                 records += 1;
                 let t = record_time(rec);
-                if let (Weight::Live(LiveAt::Time(at)), Some(t)) = (weight, t) {
+                if let (LiveAt::Time(at), Some(t)) = (at, t) {
                     if t > at {
                         return Flow::Before;
                     }
@@ -702,70 +887,99 @@ fn stack_weights_files(files: &[PathBuf], peak_record: u64, weight: Weight) -> R
             |_| {},
         )?;
     }
-    let mut by: BTreeMap<(TagKey, Option<u32>, bool), u64> = BTreeMap::new();
-    let mut put = |k: (TagKey, Option<u32>, bool), v: u64| {
-        if v > 0 && !k.0.is_heaptag_own() {
-            let e = by.entry(k).or_default();
-            *e = e.saturating_add(v);
-        }
+    let time_ns = match at {
+        LiveAt::Time(t) => t.min(last_t),
+        _ => last_t,
     };
-    let time_ns = match weight {
-        Weight::Live(at) => {
-            for (&(g, stack), &v) in &replay.live_bytes {
-                put((replay.key(g), (stack != 0).then_some(stack), false), v);
-            }
-            Some(match at {
-                LiveAt::Time(t) => t.min(last_t),
-                _ => last_t,
-            })
+    Ok((replay, time_ns))
+}
+
+fn stack_figures_files(files: &[PathBuf], peak_record: u64, at: LiveAt) -> Result<StackFigures, Error> {
+    let (replay, time_ns) = replay_to(files, peak_record, at)?;
+    /// One (tag, stack)'s sums over the generations of its tag.
+    #[derive(Default)]
+    struct Sum {
+        live_bytes: u64,
+        live_objects: f64,
+        alloc_bytes: u64,
+        alloc_objects: u64,
+    }
+    /// One generation's tracked allocations and sampled stacks: what its
+    /// small allocations are found and split by.
+    #[derive(Default)]
+    struct PerGen {
+        tracked_bytes: u64,
+        tracked_blocks: u64,
+        by_weight: Vec<(u32, u64)>,
+        by_objects: Vec<(u32, f64)>,
+    }
+    let mut by: BTreeMap<(TagKey, Option<u32>, bool), Sum> = BTreeMap::new();
+    let mut gens: BTreeMap<Gen, PerGen> = BTreeMap::new();
+    for (&(g, stack), a) in &replay.acc {
+        let s = by
+            .entry((replay.key(g), (stack != 0).then_some(stack), false))
+            .or_default();
+        s.live_bytes = s.live_bytes.saturating_add(a.live_bytes);
+        s.live_objects += a.live_blocks as f64 + a.live_sampled;
+        s.alloc_bytes = s.alloc_bytes.saturating_add(a.tracked_bytes);
+        s.alloc_objects = s.alloc_objects.saturating_add(a.tracked_blocks);
+        let e = gens.entry(g).or_default();
+        e.tracked_bytes = e.tracked_bytes.saturating_add(a.tracked_bytes);
+        e.tracked_blocks = e.tracked_blocks.saturating_add(a.tracked_blocks);
+        if a.sampled_weight > 0 {
+            e.by_weight.push((stack, a.sampled_weight));
+            e.by_objects.push((stack, a.sampled_objects));
         }
-        Weight::Allocated => {
-            // Per tag generation: tracked exactly; small from the exact
-            // counters, split by the sampled weights.
-            let mut gens: BTreeMap<Gen, (Vec<(u32, u64)>, u64)> = BTreeMap::new();
-            for (&(g, stack), &v) in &replay.tracked_alloc {
-                let e = gens.entry(g).or_default();
-                e.1 = e.1.saturating_add(v);
-                put((replay.key(g), (stack != 0).then_some(stack), false), v);
-            }
-            for (&(g, stack), &v) in &replay.sampled_alloc {
-                gens.entry(g).or_default().0.push((stack, v));
-            }
-            for &g in replay.counters.keys() {
-                gens.entry(g).or_default();
-            }
-            for (g, (mut sampled, tracked)) in gens {
-                // Without counters (a log cut before its first memory
-                // sample) the report counts tracked bytes only: so do we.
-                let small = replay.counters.get(&g).map_or(0, |&all| all.saturating_sub(tracked));
-                sampled.sort_unstable();
-                let k = replay.key(g);
-                if sampled.is_empty() {
-                    put((k, None, true), small);
-                } else {
-                    for (stack, v) in split_exact(small, &sampled) {
-                        put((k.clone(), (stack != 0).then_some(stack), false), v);
-                    }
-                }
-            }
-            None
+    }
+    // A tag with counters but no block tracked or sampled: all its
+    // allocations are small and unsampled.
+    for &g in replay.counters.keys() {
+        gens.entry(g).or_default();
+    }
+    for (g, mut e) in gens {
+        // Without counters (a log cut before its first memory sample) the
+        // report counts tracked blocks only: so do we.
+        let Some(&(bytes, blocks)) = replay.counters.get(&g) else {
+            continue;
+        };
+        let (small_bytes, small_blocks) = (
+            bytes.saturating_sub(e.tracked_bytes),
+            blocks.saturating_sub(e.tracked_blocks),
+        );
+        let k = replay.key(g);
+        if e.by_weight.is_empty() {
+            let s = by.entry((k, None, true)).or_default();
+            s.alloc_bytes = s.alloc_bytes.saturating_add(small_bytes);
+            s.alloc_objects = s.alloc_objects.saturating_add(small_blocks);
+            continue;
         }
-    };
-    let entries: Vec<StackWeight> = by
+        e.by_weight.sort_unstable();
+        e.by_objects.sort_by_key(|p| p.0);
+        for (stack, v) in split_exact(small_bytes, &e.by_weight) {
+            let s = by.entry((k.clone(), (stack != 0).then_some(stack), false)).or_default();
+            s.alloc_bytes = s.alloc_bytes.saturating_add(v);
+        }
+        for (stack, v) in split_fractional(small_blocks, &e.by_objects) {
+            let s = by.entry((k.clone(), (stack != 0).then_some(stack), false)).or_default();
+            s.alloc_objects = s.alloc_objects.saturating_add(v);
+        }
+    }
+    let entries = by
         .into_iter()
-        .map(|((tag, stack, unsampled), bytes)| StackWeight {
+        .filter(|((tag, ..), _)| !tag.is_heaptag_own())
+        .map(|((tag, stack, unsampled), s)| StackFigure {
             tag,
             stack,
-            bytes,
             unsampled,
+            live_bytes: s.live_bytes,
+            // A float to a whole number: saturates, and NaN (never made) is 0.
+            live_objects: s.live_objects.round() as u64,
+            alloc_bytes: s.alloc_bytes,
+            alloc_objects: s.alloc_objects,
         })
+        .filter(|e| e.live_bytes > 0 || e.live_objects > 0 || e.alloc_bytes > 0 || e.alloc_objects > 0)
         .collect();
-    let total = entries.iter().fold(0u64, |a, e| a.saturating_add(e.bytes));
-    Ok(StackWeights {
-        time_ns,
-        entries,
-        total,
-    })
+    Ok(StackFigures { time_ns, entries })
 }
 
 /// Folded stacks of the log `m` was loaded from: one line per distinct
@@ -817,6 +1031,54 @@ mod tests {
         for bad in ["", "soon", "1.2.3", "-1", "5 parsecs", "1e400", ".", "ms"] {
             assert!(bad.parse::<LiveAt>().is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_repeated_definition_goes_on_and_a_retired_or_changed_id_is_another_tag() {
+        let def = |stage: &str| Record::TagDef {
+            id: 7,
+            job: Some(1),
+            stage: Some(stage.into()),
+            partition: None,
+        };
+        let mut r = Replay::default();
+        r.apply(def("load"));
+        assert_eq!(r.gen(7), (7, 0));
+        // Again for the same value (after a failed write, or at a segment's
+        // start): the same lifetime, however often.
+        r.apply(def("load"));
+        r.apply(def("load"));
+        assert_eq!(r.gen(7), (7, 0));
+        // Retired, then defined for the same value: another lifetime.
+        r.apply(Record::TagRetire { time_ns: 5, id: 7 });
+        r.apply(def("load"));
+        assert_eq!(r.gen(7), (7, 1));
+        r.apply(def("load"));
+        assert_eq!(r.gen(7), (7, 1));
+        // Another value without a retire: another lifetime, another tag.
+        r.apply(def("prove"));
+        assert_eq!(r.gen(7), (7, 2));
+        assert_eq!(r.key((7, 1)).stage.as_deref(), Some("load"));
+        assert_eq!(r.key((7, 2)).stage.as_deref(), Some("prove"));
+        // An id never defined is undefined, id 0 untagged.
+        assert_eq!(r.key((9, 0)).undefined, Some(9));
+        assert_eq!(r.key((0, 0)), TagKey::default());
+    }
+
+    #[test]
+    fn fractional_split_sums_to_the_total() {
+        let s = split_fractional(10, &[(1, 1.0), (2, 1.0), (3, 1.0)]);
+        assert_eq!(s, vec![(1, 4), (2, 3), (3, 3)]);
+        assert!(split_fractional(5, &[]).is_empty());
+        assert!(split_fractional(5, &[(1, 0.0)]).is_empty());
+        // 8192.5 and 0.5 blocks: 8193 of 8194 to the first.
+        assert_eq!(
+            split_fractional(8194, &[(4, 8192.5), (5, 0.5)]),
+            vec![(4, 8193), (5, 1)]
+        );
+        // Totals beyond a float's precision still sum exactly.
+        let big = split_fractional(u64::MAX - 1, &[(1, 1.0), (2, 3.0), (3, 1e-9)]);
+        assert_eq!(big.iter().map(|x| x.1 as u128).sum::<u128>(), (u64::MAX - 1) as u128);
     }
 
     #[test]

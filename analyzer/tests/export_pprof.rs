@@ -84,21 +84,18 @@ fn report(log: &Path) -> serde_json::Value {
 
 fn export(log: &Path, at: &str, name: &str) -> std::path::PathBuf {
     let out = log.with_file_name(name);
-    let (code, stdout, err) = heaptag(
-        &[
-            "export",
-            "pprof",
-            "--at",
-            at,
-            "-o",
-            out.to_str().unwrap(),
-            log.to_str().unwrap(),
-        ],
-        &[],
-    );
-    assert_eq!(code, 0, "{err}");
-    assert!(stdout.contains("samples"), "{stdout}");
+    common::export_pprof(log, at, &out);
     out
+}
+
+/// The values of `p`'s samples labelled `stage`, in the profile's order.
+fn stage_values(p: &heaptag_pprof::proto::Profile, stage: &str) -> Vec<Vec<i64>> {
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    p.sample
+        .iter()
+        .filter(|x| x.label.iter().any(|l| s(l.key) == "stage" && s(l.str) == stage))
+        .map(|x| x.value.clone())
+        .collect()
 }
 
 #[test]
@@ -289,18 +286,77 @@ fn a_repeated_definition_is_the_same_tag_and_a_retired_id_another() {
     let log = temp("pprof-gens");
     b.write(&log);
     let p = heaptag_pprof::decode(&std::fs::read(export(&log, "end", "gens.pb.gz")).unwrap()).unwrap();
-    let s = |i: i64| p.string_table[i as usize].clone();
-    let by_stage = |stage: &str| -> Vec<Vec<i64>> {
-        p.sample
-            .iter()
-            .filter(|x| x.label.iter().any(|l| s(l.key) == "stage" && s(l.str) == stage))
-            .map(|x| x.value.clone())
-            .collect()
-    };
+    let by_stage = |stage: &str| stage_values(&p, stage);
     // Tracked (no stack), then the small blocks no sample placed.
     assert_eq!(
         by_stage("synthesize_partition"),
         vec![vec![2, 2 * MIB as i64, 0, 0], vec![10, 1000, 0, 0]]
     );
     assert_eq!(by_stage("gpu_prove"), vec![vec![1, 3 * MIB as i64, 1, 3 * MIB as i64]]);
+}
+
+/// The tag-generation rule, as the model (and so `heaptag report`) has it:
+/// an id defined again for the same value after a failed write goes on as
+/// the same tag, and so do its counters; one defined for another value, or
+/// after a `tag_retire`, is another tag. Checked against the report and
+/// `export folded`, whose replay `export pprof` shares.
+#[test]
+fn a_definition_for_another_value_is_another_tag_and_a_repeat_is_not() {
+    use heaptag_format::{Record, TagCount};
+    let counters = |t: u64, bytes: u64, count: u64| Record::Counters {
+        time_ns: t * common::MS,
+        tags: vec![TagCount {
+            tag: 1,
+            alloc_bytes: bytes,
+            alloc_count: count,
+            ..TagCount::default()
+        }],
+    };
+    let mut b = common::LogBuilder::new();
+    b.tag(1, Some(1), Some("load"), None)
+        .alloc(10 * common::MS, 1, 0, 0x1000_0000, MIB)
+        .rec(counters(15, MIB + 100, 3))
+        // Repeated after a failed write: the same tag, its counters go on.
+        .tag(1, Some(1), Some("load"), None)
+        .alloc(20 * common::MS, 1, 0, 0x2000_0000, MIB)
+        .rec(counters(25, 2 * MIB + 300, 6))
+        // Another value for id 1 without a retire: another tag from here.
+        .tag(1, Some(1), Some("prove"), None)
+        .alloc(30 * common::MS, 1, 0, 0x3000_0000, 4 * MIB)
+        .rec(counters(35, 4 * MIB + 50, 2))
+        .rec(Record::End {
+            time_ns: 60 * common::MS,
+            dropped: 0,
+        })
+        .flush();
+    let log = temp("pprof-redefined");
+    b.write(&log);
+    let p = heaptag_pprof::decode(&std::fs::read(export(&log, "end", "redefined.pb.gz")).unwrap()).unwrap();
+    let by_stage = |stage: &str| -> Vec<i64> {
+        stage_values(&p, stage)
+            .into_iter()
+            .fold(vec![0; 4], |a, v| a.iter().zip(&v).map(|(x, y)| x + y).collect())
+    };
+    // By hand: load allocated 2 MiB + 300 B in 6 blocks (2 tracked, alive),
+    // prove 4 MiB + 50 B in 2 (1 tracked, alive).
+    let mib = MIB as i64;
+    assert_eq!(by_stage("load"), vec![6, 2 * mib + 300, 2, 2 * mib]);
+    assert_eq!(by_stage("prove"), vec![2, 4 * mib + 50, 1, 4 * mib]);
+    // The report counts the same.
+    let r = report(&log);
+    for t in r["sources"][0]["tags"].as_array().unwrap() {
+        let Some(stage) = t["stage"].as_str() else { continue };
+        let v = by_stage(stage);
+        assert_eq!(v[0], t["allocations"].as_i64().unwrap(), "{stage}");
+        assert_eq!(v[1], t["allocated_bytes"].as_i64().unwrap(), "{stage}");
+        assert_eq!(v[3], t["live_end_bytes"].as_i64().unwrap(), "{stage}");
+    }
+    // export folded: the same bytes per tag.
+    let (code, folded, err) = common::heaptag(
+        &["export", "folded", "--weight", "allocated", log.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(common::folded_sum(&folded, "job=1 stage=load"), 2 * MIB + 300);
+    assert_eq!(common::folded_sum(&folded, "job=1 stage=prove"), 4 * MIB + 50);
 }

@@ -89,7 +89,7 @@ pub enum ExportCmd {
     ///          go tool pprof -top -sample_index=inuse_space -tagfocus stage=synthesize_partition heap.pb.gz
     #[command(verbatim_doc_comment)]
     Pprof {
-        /// heaptag log file.
+        /// heaptag log (or the segments of one run: a directory, a glob).
         log: PathBuf,
         /// Write the profile here (default: standard output, when it is not
         /// a terminal).

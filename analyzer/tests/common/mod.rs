@@ -300,3 +300,32 @@ pub fn heaptag(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// `heaptag export pprof --at AT -o OUT LOG`, which must succeed and say
+/// what it wrote: the profile, decoded.
+pub fn export_pprof(log: &Path, at: &str, out: &Path) -> heaptag_pprof::proto::Profile {
+    let (code, stdout, err) = heaptag(
+        &[
+            "export",
+            "pprof",
+            "--at",
+            at,
+            "-o",
+            out.to_str().unwrap(),
+            log.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{}: {err}", log.display());
+    assert!(stdout.contains("samples"), "{stdout}");
+    heaptag_pprof::decode(&std::fs::read(out).unwrap()).unwrap()
+}
+
+/// The weights of the folded lines `text` under the root frame `root`
+/// (a tag as reports name it), summed.
+pub fn folded_sum(text: &str, root: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{root};")))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum()
+}
