@@ -59,6 +59,9 @@ pub const NOT_LIVE: &str = "[allocated, not in a live recorded block: freed, or 
 /// Symbols resolved so far, by return address.
 static SYMBOLS: Mutex<Option<HashMap<u64, Vec<Frame>>>> = Mutex::new(None);
 
+/// The stage charged with what [`profile`] allocates.
+pub const PROFILE_STAGE: &str = "heaptag:pprof";
+
 /// The pprof labels of a tag.
 pub fn labels(tag: &Tag) -> Labels {
     Labels {
@@ -77,13 +80,14 @@ pub fn heap_profile() -> Vec<u8> {
 /// The profile before encoding, to inspect or extend (e.g. add comments).
 ///
 /// What it allocates (the copies of heaptag's tables, and the symbol caches
-/// of the `backtrace` crate, tens of MiB after the first call) is charged
-/// to heaptag's own tag (stage `heaptag:writer`, as the log writer's), not
-/// to the program's untagged memory.
+/// of the `backtrace` crate, tens of MiB after the first call, kept for the
+/// next calls) is charged to the stage [`PROFILE_STAGE`], so reports and
+/// profiles show it as the profiler's, not as the program's untagged
+/// memory.
 pub fn profile() -> HeapProfile {
     let own = crate::Tag {
         job: None,
-        stage: Some(crate::WRITER_STAGE),
+        stage: Some(PROFILE_STAGE),
         partition: None,
     };
     own.scope(build)

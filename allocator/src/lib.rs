@@ -94,9 +94,6 @@ pub use external::{external_alloc, ExternalGuard};
 pub use global::Alloc;
 pub use health::Health;
 pub use heaptag_format::Fill;
-/// The stage of heaptag's own tag: the log writer's memory, and what a
-/// live heap profile allocates (left out of per-tag reports).
-pub use heaptag_format::WRITER_STAGE;
 pub use held::ExternalStats;
 pub use jemalloc::{flush_thread_cache, jemalloc_stats, purge, JemallocError, JemallocStats};
 pub use log::{finish, log_path, mark, LogConfig, LogError, LogSummary};

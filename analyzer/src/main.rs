@@ -195,10 +195,11 @@ enum Cmd {
         fail_min_bytes: u64,
     },
     /// A log in the formats other tools read: folded stacks (flame graphs),
-    /// a Perfetto trace.
+    /// a Perfetto trace, a pprof heap profile.
     ///
     /// Example: heaptag export folded run.htlog > live.folded
     ///          heaptag export perfetto -o run.json run.htlog
+    ///          heaptag export pprof -o heap.pb.gz run.htlog
     #[command(verbatim_doc_comment)]
     Export {
         #[command(subcommand)]

@@ -303,3 +303,36 @@ fn allow_identical_exempts_matching_contents_from_max_copies() {
     assert_eq!(code, 2);
     assert!(err.contains("needs a stage or a site glob"), "{err}");
 }
+
+/// heaptag's own writer tag is in no baseline and never "missing" from one
+/// (`diff` leaves it out too), whatever it held in either run.
+#[test]
+fn check_baseline_leaves_out_heaptags_own_writer() {
+    let log = |name: &str, writer_bytes: u64| {
+        let p = common::temp(name);
+        LogBuilder::new()
+            .tag(1, Some(1), Some("prove"), Some(0))
+            .tag(2, None, Some(heaptag_format::WRITER_STAGE), Some(7))
+            .alloc(10 * MS, 1, 0, 0x1000_0000, 4 * MIB)
+            .alloc(20 * MS, 2, 0, 0x2000_0000, writer_bytes)
+            .sample(50 * MS, 64 * MIB, 8 * MIB, 8 * MIB, 5 * MIB, 5 * MIB)
+            .rec(Record::End {
+                time_ns: 60 * MS,
+                dropped: 0,
+            })
+            .write(&p);
+        p
+    };
+    let (old, new) = (log("own-old", 64 * 1024), log("own-new", 2 * MIB));
+    let pol = policy("own-baseline", "[[rule]]\nname = \"peak\"\nmax_increase = \"10%\"\n");
+    let base = common::temp("own-baseline").with_extension("json");
+    let (code, _, err) = check(&pol, &[&old], &["--write-baseline", base.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let written = std::fs::read_to_string(&base).unwrap();
+    assert!(written.contains("prove"), "{written}");
+    assert!(!written.contains(heaptag_format::WRITER_STAGE), "{written}");
+    // The writer held 32x more in the new run: no failure, no missing key.
+    let (code, out, err) = check(&pol, &[&new], &["--baseline", base.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!out.contains("no baseline for"), "{out}");
+}

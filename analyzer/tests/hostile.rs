@@ -87,7 +87,12 @@ fn write(name: &str, bytes: &[u8]) -> PathBuf {
 /// Every command on `log`: each must finish, within the memory limit,
 /// without a panic.
 fn every_command(log: &Path) -> Vec<String> {
-    let policy = dir().join("policy.toml");
+    // One policy file per log: tests run in parallel, and a file rewritten
+    // while another test's `check` reads it would be read half written.
+    let stem = log
+        .file_stem()
+        .map_or_else(|| "log".into(), |s| s.to_string_lossy().into_owned());
+    let policy = dir().join(format!("policy-{stem}.toml"));
     std::fs::write(
         &policy,
         "[[rule]]\nname = \"all\"\nmax_peak = \"1 GiB\"\nmax_copies = 1\nmax_rss = \"64 GiB\"\n",
