@@ -56,6 +56,32 @@ fn a_daemon_keeps_tags_and_memory_bounded() {
 
     let (recs, reader) = common::read_all(&path);
     assert!(reader.problems().is_empty(), "{:?}", reader.problems());
+    // Every id a record names is defined at that point (and not retired):
+    // a reader never meets an id it does not know.
+    let mut defined = std::collections::HashSet::new();
+    for (i, r) in recs.iter().enumerate() {
+        let used: Vec<u32> = match r {
+            Record::TagDef { id, .. } => {
+                defined.insert(*id);
+                Vec::new()
+            }
+            Record::TagRetire { id, .. } => {
+                assert!(defined.remove(id), "record {i}: retire of undefined id {id}");
+                Vec::new()
+            }
+            Record::Counters { tags, .. } => tags.iter().map(|c| c.tag).collect(),
+            Record::Alloc { tag, .. } | Record::SampleAlloc { tag, .. } | Record::Realloc { tag, .. } => vec![*tag],
+            Record::External { tag, .. } => vec![*tag],
+            _ => Vec::new(),
+        };
+        for id in used {
+            assert!(
+                id == 0 || defined.contains(&id),
+                "record {i} ({:?}) names undefined tag id {id}",
+                r.kind()
+            );
+        }
+    }
     let retires = recs.iter().filter(|r| matches!(r, Record::TagRetire { .. })).count() as u64;
     let defs = recs.iter().filter(|r| matches!(r, Record::TagDef { .. })).count() as u64;
     assert!(defs >= 400 * 35, "every tag defined: {defs}");

@@ -568,6 +568,9 @@ impl Writer {
         self.retired.clear();
         let (visited, totals) = tag::writer_sample(self.full_sample, &mut self.changed, &mut self.retired);
         self.full_sample = false;
+        // Tags interned since the last definitions are defined before the
+        // counters name them: a reader never meets an id it does not know.
+        self.send_definitions();
         // Every event of a retired tag was queued before this position.
         let pos = RING.enqueued();
         for c in self.retired.iter() {

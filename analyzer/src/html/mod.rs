@@ -32,6 +32,15 @@ use crate::Error;
 /// Call sites listed per table (as `heaptag peak --top` / `sites --top`).
 pub const TOP: usize = 15;
 
+/// Tags listed in the per-tag table, highest peak first (a daemon's log
+/// has a tag per job and partition: hundreds of thousands).
+pub const MAX_TAG_ROWS: usize = 500;
+/// Tags listed per peak moment and per call site, largest first.
+pub const MAX_TAGS_LISTED: usize = 50;
+/// Keys past which a grouping of the chart (job, tag) is not offered: its
+/// timeline would hold a series per key.
+pub const MAX_GROUP_KEYS: usize = 2000;
+
 /// What a log adds to the reports for the page.
 #[derive(Clone, Debug, Serialize)]
 pub struct LogView {
@@ -60,13 +69,52 @@ pub struct HtmlData {
     pub sites: Sites,
     /// Per log, in the order of the reports' `sources`.
     pub logs: Vec<LogView>,
+    /// The chart's groupings offered (stage always; job and tag while they
+    /// have at most [`MAX_GROUP_KEYS`] keys).
+    pub groupings: Vec<By>,
+    /// What the page leaves out on a run with many tags, in words (the
+    /// command that shows it all is named).
+    pub left_out: Vec<String>,
 }
 
 /// Builds the page's data from logs loaded with the attributed peak,
 /// intervals and names (as `heaptag peak`, `dups` and `sites` load them).
 pub fn data(models: &[Model]) -> Result<HtmlData, Error> {
-    let report = report::report(models);
-    let groupings = [By::Stage, By::Partition, By::Job, By::Tag];
+    let mut report = report::report(models);
+    let keys = |by: By| -> usize {
+        let mut seen = std::collections::HashSet::new();
+        for m in models {
+            for k in m.tags.values() {
+                let key = match by {
+                    By::Stage => format!("{:?}", k.stage),
+                    By::Partition => format!("{:?}", k.partition),
+                    By::Job => format!("{:?}", k.job),
+                    By::Tag => k.to_string(),
+                };
+                seen.insert(key);
+                if seen.len() > MAX_GROUP_KEYS {
+                    return seen.len();
+                }
+            }
+        }
+        seen.len()
+    };
+    let mut left_out = Vec::new();
+    let groupings: Vec<By> = [By::Stage, By::Partition, By::Job, By::Tag]
+        .into_iter()
+        .filter(|&by| {
+            let ok = by == By::Stage || keys(by) <= MAX_GROUP_KEYS;
+            if !ok {
+                left_out.push(format!(
+                    "the chart is not grouped by {} (more than {MAX_GROUP_KEYS} of them): \
+                     heaptag timeline --by {} shows it",
+                    by_name(by),
+                    by_name(by)
+                ));
+            }
+            ok
+        })
+        .collect();
     let timelines: Vec<(By, report::Timeline)> =
         groupings.iter().map(|&by| (by, report::timeline(models, by))).collect();
     let timeline_refs: Vec<(By, &report::Timeline)> = timelines.iter().map(|(by, t)| (*by, t)).collect();
@@ -99,14 +147,59 @@ pub fn data(models: &[Model]) -> Result<HtmlData, Error> {
             flames,
         });
     }
+    let mut peak = report::peak(models, TOP);
+    let mut sites = report::sites(models, TOP);
+    // Bounded tables on a run with many tags (the JSON reports keep all).
+    for r in &mut report.sources {
+        if r.tags.len() > MAX_TAG_ROWS {
+            left_out.push(format!(
+                "{}: the per-tag table lists the {MAX_TAG_ROWS} tags with the highest peaks of {} \
+                 (heaptag report lists all)",
+                r.source.log,
+                r.tags.len()
+            ));
+            r.tags.sort_by(|a, b| b.peak_live.bytes.cmp(&a.peak_live.bytes));
+            r.tags.truncate(MAX_TAG_ROWS);
+        }
+    }
+    let mut cut = 0usize;
+    for p in &mut peak.sources {
+        for m in &mut p.moments {
+            cut += m.by_tag.len().saturating_sub(MAX_TAGS_LISTED);
+            m.by_tag.truncate(MAX_TAGS_LISTED);
+        }
+    }
+    for s in &mut sites.sources {
+        for row in s.by_peak.iter_mut().chain(s.by_allocated.iter_mut()) {
+            cut += row.tags.len().saturating_sub(MAX_TAGS_LISTED);
+            row.tags.truncate(MAX_TAGS_LISTED);
+        }
+    }
+    if cut > 0 {
+        left_out.push(format!(
+            "the peaks and call sites list the {MAX_TAGS_LISTED} largest tags each \
+             (heaptag peak and heaptag sites list all)"
+        ));
+    }
     Ok(HtmlData {
         analyzer_version: env!("CARGO_PKG_VERSION").to_string(),
-        peak: report::peak(models, TOP),
+        peak,
         dups: report::dups(models),
-        sites: report::sites(models, TOP),
+        sites,
         report,
         logs,
+        groupings,
+        left_out,
     })
+}
+
+fn by_name(by: By) -> &'static str {
+    match by {
+        By::Stage => "stage",
+        By::Partition => "partition",
+        By::Job => "job",
+        By::Tag => "tag",
+    }
 }
 
 /// Writes the page of `data` into `out`.

@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use super::HtmlData;
-use crate::report::{Decomposition, Holding, Moment, ReportSection, SiteRow, Source};
+use crate::report::{By, Decomposition, Holding, Moment, ReportSection, SiteRow, Source};
 use crate::units::{bytes, sbytes, seconds};
 
 const UPLOT_JS: &str = include_str!("assets/uPlot.iife.min.js");
@@ -180,6 +180,13 @@ fn header(d: &HtmlData, h: &mut String) {
             }
             h.push_str("</ul></div>");
         }
+        if i == 0 && !d.left_out.is_empty() {
+            h.push_str("<div class=\"note left-out\"><strong>Left out of this page</strong><ul>");
+            for w in &d.left_out {
+                let _ = write!(h, "<li>{}</li>", esc(w));
+            }
+            h.push_str("</ul></div>");
+        }
         if src.unmatched_frees > 0 {
             let _ = write!(
                 h,
@@ -195,11 +202,19 @@ fn header(d: &HtmlData, h: &mut String) {
 fn timeline(d: &HtmlData, h: &mut String) {
     h.push_str(
         "<section id=\"timeline\"><h2>Memory over time</h2>\
-         <div class=\"controls\" role=\"group\" aria-label=\"group live bytes by\">Live bytes by \
-         <button data-by=\"stage\" class=\"on\">stage</button><button data-by=\"partition\">partition</button>\
-         <button data-by=\"job\">job</button><button data-by=\"tag\">tag</button>\
-         <button class=\"reset\">whole run</button></div>\n",
+         <div class=\"controls\" role=\"group\" aria-label=\"group live bytes by\">Live bytes by ",
     );
+    for (k, by) in d.groupings.iter().enumerate() {
+        let name = match by {
+            By::Stage => "stage",
+            By::Partition => "partition",
+            By::Job => "job",
+            By::Tag => "tag",
+        };
+        let on = if k == 0 { " class=\"on\"" } else { "" };
+        let _ = write!(h, "<button data-by=\"{name}\"{on}>{name}</button>");
+    }
+    h.push_str("<button class=\"reset\">whole run</button></div>\n");
     for (i, s) in d.report.sources.iter().enumerate() {
         let c = &d.logs[i].chart;
         let _ = write!(
