@@ -158,7 +158,7 @@ pub fn data(models: &[Model]) -> Result<HtmlData, Error> {
                 r.source.log,
                 r.tags.len()
             ));
-            r.tags.sort_by(|a, b| b.peak_live.bytes.cmp(&a.peak_live.bytes));
+            r.tags.sort_by_key(|t| std::cmp::Reverse(t.peak_live.bytes));
             r.tags.truncate(MAX_TAG_ROWS);
         }
     }

@@ -28,7 +28,8 @@ pub struct SiteRow {
     /// innermost first, inlined frames expanded.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub frames: Vec<String>,
-    /// Bytes allocated from it (tracked exact + sampled estimate).
+    /// Bytes allocated from it: tracked blocks exact, small blocks from
+    /// their tags' exact counters split over the sampled stacks.
     pub allocated_bytes: u64,
     /// Tracked allocations and samples from it.
     pub allocations: u64,
@@ -78,6 +79,28 @@ pub fn sites_with(models: &[Model], top: usize, opts: &SitesOptions) -> Sites {
             .iter()
             .map(|m| {
                 let mut merged: BTreeMap<String, (SiteRow, u32)> = BTreeMap::new();
+                // Allocated per stack: tracked blocks exactly, small blocks
+                // from their tag's exact counters split over its sampled
+                // stacks (as `export folded --weight allocated` and pprof
+                // count them). Summing the samples' weights instead would be
+                // unbiased but wild: a small block's coin is its address,
+                // and an address jemalloc reuses in a hot loop is sampled
+                // every time or never. Without the log's file (a model not
+                // read from disk), the samples' weights.
+                let exact: Option<BTreeMap<u32, (u64, u64)>> =
+                    crate::folded::stack_figures(m, crate::folded::LiveAt::End)
+                        .ok()
+                        .map(|f| {
+                            let mut by_stack: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+                            for e in f.entries {
+                                if let Some(stack) = e.stack {
+                                    let x = by_stack.entry(stack).or_default();
+                                    x.0 = x.0.saturating_add(e.alloc_bytes);
+                                    x.1 = x.1.saturating_add(e.alloc_objects);
+                                }
+                            }
+                            by_stack
+                        });
                 let at_peak: BTreeMap<u32, u64> = m
                     .rss_peak
                     .as_ref()
@@ -113,8 +136,12 @@ pub fn sites_with(models: &[Model], top: usize, opts: &SitesOptions) -> Sites {
                     row.at_rss_peak = row
                         .at_rss_peak
                         .saturating_add(at_peak.get(&stack).copied().unwrap_or(0));
-                    row.allocated_bytes = row.allocated_bytes.saturating_add(s.alloc_bytes);
-                    row.allocations = row.allocations.saturating_add(s.alloc_count);
+                    let (alloc_bytes, alloc_count) = match &exact {
+                        Some(by_stack) => by_stack.get(&stack).copied().unwrap_or_default(),
+                        None => (s.alloc_bytes, s.alloc_count),
+                    };
+                    row.allocated_bytes = row.allocated_bytes.saturating_add(alloc_bytes);
+                    row.allocations = row.allocations.saturating_add(alloc_count);
                     for t in &s.tags {
                         let name = m.tag(*t).to_string();
                         if !row.tags.contains(&name) {
