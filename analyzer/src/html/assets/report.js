@@ -136,12 +136,13 @@
       ctx.lineTo(x, top + h);
       ctx.stroke();
       ctx.save();
-      // Labels read downwards beside their rule, left of it near the right edge.
-      const right = x > u.bbox.left + u.bbox.width - 16 * devicePixelRatio;
-      ctx.translate(right ? x - 3 - 11 * devicePixelRatio : x + 3, top + 3);
-      ctx.rotate(Math.PI / 2);
+      // Labels beside their rule at the plot's top, inside it: left of the
+      // rule when the label would run past the right edge.
+      const w = ctx.measureText(label).width;
+      const right = x + 3 + w > u.bbox.left + u.bbox.width;
+      ctx.textAlign = right ? "right" : "left";
       ctx.fillStyle = "#6a3d9a";
-      ctx.fillText(label, 0, 0);
+      ctx.fillText(label, right ? x - 3 : x + 3, top + 3);
       ctx.restore();
     }
     ctx.restore();
