@@ -35,7 +35,7 @@ fn child_runs_pipeline() -> bool {
 fn pipeline_log(test: &str, mode: &str) -> PathBuf {
     let log = common::temp_log(&format!("e2e18-{mode}"));
     let args = format!(
-        "--pce {mode} --jobs 2 --partitions 3 --pce-mib 8 --log {} --quiet",
+        "--pce {mode} --jobs 2 --partitions 3 --pce-mib 8 --log {} --quiet --no-html",
         log.display()
     );
     let out = common::child(test, &[("PCE_ARGS", &args)]).output().unwrap();
