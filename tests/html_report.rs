@@ -11,16 +11,7 @@ mod common;
 
 /// In the child: run the example instead of the test.
 fn child_runs_pipeline() -> bool {
-    if !common::in_child() {
-        return false;
-    }
-    let args: Vec<String> = std::env::var("PCE_ARGS")
-        .unwrap()
-        .split_whitespace()
-        .map(String::from)
-        .collect();
-    assert_eq!(pipeline::run(&args), 0);
-    true
+    common::child_runs_example(pipeline::run)
 }
 
 #[test]

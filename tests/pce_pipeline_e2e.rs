@@ -36,16 +36,7 @@ fn pipeline_log(test: &str, mode: &str, extra: &str) -> PathBuf {
 
 /// In the child: run the example instead of the test.
 fn child_runs_pipeline() -> bool {
-    if !common::in_child() {
-        return false;
-    }
-    let args: Vec<String> = std::env::var("PCE_ARGS")
-        .unwrap()
-        .split_whitespace()
-        .map(String::from)
-        .collect();
-    assert_eq!(pipeline::run(&args), 0);
-    true
+    common::child_runs_example(pipeline::run)
 }
 
 fn json(cmd: Command) -> Value {

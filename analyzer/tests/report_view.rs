@@ -61,6 +61,8 @@ fn groups_have_exact_peaks() {
         ]
     );
     let g = &r["sources"][0]["groups"][1];
+    // The moment recorded in the log (its first alloc, written at 1 ms),
+    // not a measured time.
     assert_eq!(g["peak_live"]["time_s"], 0.001);
     // Partition 0 holds 4 MiB (1-2 ms), then 2 MiB of gpu_prove (from 3 ms).
     let r = json(&["report", "--by", "partition", "--format", "json", &log]);

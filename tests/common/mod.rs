@@ -56,6 +56,22 @@ pub fn in_child() -> bool {
     std::env::var_os("HEAPTAG_CHILD").is_some()
 }
 
+/// In a child started by [`child`] with `PCE_ARGS`: runs the example's
+/// `run` (e.g. `pce_pipeline::run`) on those arguments instead of the test,
+/// and returns true; in the test itself, false.
+pub fn child_runs_example(run: fn(&[String]) -> i32) -> bool {
+    if !in_child() {
+        return false;
+    }
+    let args: Vec<String> = std::env::var("PCE_ARGS")
+        .unwrap()
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    assert_eq!(run(&args), 0);
+    true
+}
+
 /// Runs an analyzer command in this process: (its output, whether a
 /// `check` failed).
 pub fn analyze(cmd: &heaptag_analyzer::Command) -> (String, bool) {

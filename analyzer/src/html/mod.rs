@@ -85,13 +85,7 @@ pub fn data(models: &[Model]) -> Result<HtmlData, Error> {
         let mut seen = std::collections::HashSet::new();
         for m in models {
             for k in m.tags.values() {
-                let key = match by {
-                    By::Stage => format!("{:?}", k.stage),
-                    By::Partition => format!("{:?}", k.partition),
-                    By::Job => format!("{:?}", k.job),
-                    By::Tag => k.to_string(),
-                };
-                seen.insert(key);
+                seen.insert(report::key_of(k, by));
                 if seen.len() > MAX_GROUP_KEYS {
                     return seen.len();
                 }
@@ -193,7 +187,8 @@ pub fn data(models: &[Model]) -> Result<HtmlData, Error> {
     })
 }
 
-fn by_name(by: By) -> &'static str {
+/// The grouping's name, as `--by` and the page's buttons spell it.
+pub(crate) fn by_name(by: By) -> &'static str {
     match by {
         By::Stage => "stage",
         By::Partition => "partition",

@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use std::io::{self, Write};
 
 use super::HtmlData;
-use crate::report::{By, Decomposition, Holding, Moment, ReportSection, SiteRow, Source};
+use crate::report::{Decomposition, Holding, Moment, ReportSection, SiteRow, Source};
 use crate::units::{bytes, sbytes, seconds};
 
 const UPLOT_JS: &str = include_str!("assets/uPlot.iife.min.js");
@@ -204,13 +204,8 @@ fn timeline(d: &HtmlData, h: &mut String) {
         "<section id=\"timeline\"><h2>Memory over time</h2>\
          <div class=\"controls\" role=\"group\" aria-label=\"group live bytes by\">Live bytes by ",
     );
-    for (k, by) in d.groupings.iter().enumerate() {
-        let name = match by {
-            By::Stage => "stage",
-            By::Partition => "partition",
-            By::Job => "job",
-            By::Tag => "tag",
-        };
+    for (k, &by) in d.groupings.iter().enumerate() {
+        let name = super::by_name(by);
         let on = if k == 0 { " class=\"on\"" } else { "" };
         let _ = write!(h, "<button data-by=\"{name}\"{on}>{name}</button>");
     }
