@@ -227,6 +227,7 @@ fn side(m: &Model) -> Side {
                 stage: row.stage.clone(),
                 partition: row.partition,
                 undefined: row.undefined,
+                folded: row.folded_tags.is_some(),
             };
             let e = s.tags.entry(baseline_key(&k)).or_insert((0, 0, 1, 0));
             e.1 = e.1.saturating_add(row.allocated_bytes);

@@ -350,6 +350,80 @@ pub(crate) struct Replay {
     pub(crate) track_tags: bool,
     pub(crate) tag_live: MixMap<Gen, u64>,
     pub(crate) changed: Vec<Gen>,
+    /// With `track_tags`: generations retired and settled since the caller
+    /// last took the list (they hold nothing and change no more).
+    pub(crate) settled_gens: Vec<Gen>,
+    /// The stacks of each generation's entries in `acc`.
+    stacks_of: MixMap<Gen, Vec<u32>>,
+    /// Figures of retired generations, settled when they retired (their
+    /// final counters split over their stacks, as [`stack_figures`] does
+    /// at the end), per (tag, stack, unsampled): memory bounded by the
+    /// tags kept, not the tags ever seen.
+    settled: BTreeMap<SumKey, Sum>,
+    /// The tags the model kept in full when it folded some
+    /// (`Model::tags_folded`): a retired generation of any other tag is
+    /// settled into its stage and partition's "others" tag, as the model's
+    /// rows are. `None`: every tag its own.
+    pub(crate) kept: Option<std::collections::HashSet<TagKey>>,
+}
+
+/// One (tag, stack)'s sums over the generations of its tag.
+#[derive(Clone, Copy, Debug, Default)]
+struct Sum {
+    live_bytes: u64,
+    live_objects: f64,
+    alloc_bytes: u64,
+    alloc_objects: u64,
+}
+
+/// (tag, stack, unsampled small allocations).
+type SumKey = (TagKey, Option<u32>, bool);
+
+/// Adds one generation's figures, `accs` per stack, to `by` under tag
+/// `k`: its tracked blocks, and its small allocations (`counters` less its
+/// tracked allocations) split over its sampled stacks, or unsampled.
+fn settle(by: &mut BTreeMap<SumKey, Sum>, k: &TagKey, accs: &[(u32, Acc)], counters: Option<(u64, u64)>) {
+    let (mut tracked_bytes, mut tracked_blocks) = (0u64, 0u64);
+    let mut by_weight: Vec<(u32, u64)> = Vec::new();
+    let mut by_objects: Vec<(u32, f64)> = Vec::new();
+    for &(stack, a) in accs {
+        let s = by.entry((k.clone(), (stack != 0).then_some(stack), false)).or_default();
+        s.live_bytes = s.live_bytes.saturating_add(a.live_bytes);
+        s.live_objects += a.live_blocks as f64 + a.live_sampled;
+        s.alloc_bytes = s.alloc_bytes.saturating_add(a.tracked_bytes);
+        s.alloc_objects = s.alloc_objects.saturating_add(a.tracked_blocks);
+        tracked_bytes = tracked_bytes.saturating_add(a.tracked_bytes);
+        tracked_blocks = tracked_blocks.saturating_add(a.tracked_blocks);
+        if a.sampled_weight > 0 {
+            by_weight.push((stack, a.sampled_weight));
+            by_objects.push((stack, a.sampled_objects));
+        }
+    }
+    // Without counters (a log cut before its first memory sample) the
+    // report counts tracked blocks only: so do we.
+    let Some((bytes, blocks)) = counters else {
+        return;
+    };
+    let (small_bytes, small_blocks) = (
+        bytes.saturating_sub(tracked_bytes),
+        blocks.saturating_sub(tracked_blocks),
+    );
+    if by_weight.is_empty() {
+        let s = by.entry((k.clone(), None, true)).or_default();
+        s.alloc_bytes = s.alloc_bytes.saturating_add(small_bytes);
+        s.alloc_objects = s.alloc_objects.saturating_add(small_blocks);
+        return;
+    }
+    by_weight.sort_unstable();
+    by_objects.sort_by_key(|p| p.0);
+    for (stack, v) in split_exact(small_bytes, &by_weight) {
+        let s = by.entry((k.clone(), (stack != 0).then_some(stack), false)).or_default();
+        s.alloc_bytes = s.alloc_bytes.saturating_add(v);
+    }
+    for (stack, v) in split_fractional(small_blocks, &by_objects) {
+        let s = by.entry((k.clone(), (stack != 0).then_some(stack), false)).or_default();
+        s.alloc_objects = s.alloc_objects.saturating_add(v);
+    }
 }
 
 impl Replay {
@@ -357,9 +431,57 @@ impl Replay {
         (id, self.generation.get(&id).copied().unwrap_or(0))
     }
 
+    /// The figures of (generation, stack) `k`, made when missing.
+    fn acc_at(&mut self, k: (Gen, u32)) -> &mut Acc {
+        match self.acc.entry(k) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                self.stacks_of.entry(k.0).or_default().push(k.1);
+                v.insert(Acc::default())
+            }
+        }
+    }
+
+    /// A retired generation that holds nothing: its figures settled (under
+    /// its tag, or its "others" tag when the model folded it) and its
+    /// entries dropped. One still holding memory stays as it is.
+    fn settle_retired(&mut self, g: Gen) {
+        let stacks = self.stacks_of.get(&g).map_or(&[][..], |v| &v[..]);
+        let holds = stacks.iter().any(|&s| {
+            self.acc
+                .get(&(g, s))
+                .is_some_and(|a| a.live_bytes > 0 || a.live_blocks > 0)
+        });
+        if holds {
+            return;
+        }
+        let stacks = self.stacks_of.remove(&g).unwrap_or_default();
+        let accs: Vec<(u32, Acc)> = stacks
+            .iter()
+            .filter_map(|&s| self.acc.remove(&(g, s)).map(|a| (s, a)))
+            .collect();
+        let counters = self.counters.remove(&g);
+        let k = self.key(g);
+        self.keys.remove(&g);
+        let k = match &self.kept {
+            Some(kept) if g.0 != 0 && k.undefined.is_none() && !k.is_heaptag_own() && !kept.contains(&k) => TagKey {
+                stage: k.stage,
+                partition: k.partition,
+                folded: true,
+                ..TagKey::default()
+            },
+            _ => k,
+        };
+        settle(&mut self.settled, &k, &accs, counters);
+        if self.track_tags {
+            self.tag_live.remove(&g);
+            self.settled_gens.push(g);
+        }
+    }
+
     /// `bytes` (and `blocks` tracked or `sampled` blocks) come alive at `k`.
     fn add_live(&mut self, k: (Gen, u32), bytes: u64, blocks: u64, sampled: f64) {
-        let a = self.acc.entry(k).or_default();
+        let a = self.acc_at(k);
         a.live_bytes = a.live_bytes.saturating_add(bytes);
         a.live_blocks = a.live_blocks.saturating_add(blocks);
         a.live_sampled += sampled;
@@ -410,7 +532,7 @@ impl Replay {
     }
 
     fn alloc_tracked(&mut self, k: (Gen, u32), bytes: u64, blocks: u64) {
-        let a = self.acc.entry(k).or_default();
+        let a = self.acc_at(k);
         a.tracked_bytes = a.tracked_bytes.saturating_add(bytes);
         a.tracked_blocks = a.tracked_blocks.saturating_add(blocks);
     }
@@ -443,6 +565,8 @@ impl Replay {
         match rec {
             Record::TagRetire { id, .. } => {
                 self.retired.insert(id);
+                let g = self.gen(id);
+                self.settle_retired(g);
             }
             Record::TagDef {
                 id,
@@ -454,7 +578,7 @@ impl Replay {
                     job,
                     stage: stage.map(printable),
                     partition,
-                    undefined: None,
+                    ..TagKey::default()
                 };
                 // The first definition is lifetime 0. The same id for the
                 // same value again (a segment repeats the definitions it
@@ -536,7 +660,7 @@ impl Replay {
             } => {
                 let g = self.gen(tag);
                 let objects = sample_objects(size, weight);
-                let a = self.acc.entry((g, stack)).or_default();
+                let a = self.acc_at((g, stack));
                 a.sampled_weight = a.sampled_weight.saturating_add(weight);
                 a.sampled_objects += objects;
                 self.enter_sample(addr, (g, stack, weight, objects));
@@ -806,7 +930,12 @@ pub struct StackFigures {
 /// its *allocated* and *allocations* in `heaptag report`. heaptag's own
 /// writer tag is left out.
 pub fn stack_figures(m: &Model, at: LiveAt) -> Result<StackFigures, Error> {
-    stack_figures_files(&run_files(m), m.attributed_peak.1, at)
+    stack_figures_files(&run_files(m), m.attributed_peak.1, at, kept_tags(m))
+}
+
+/// The tags `m` kept in full, when it folded some (see [`Replay::kept`]).
+fn kept_tags(m: &Model) -> Option<std::collections::HashSet<TagKey>> {
+    (m.tags_folded > 0).then(|| m.tags.values().filter(|k| !k.folded).cloned().collect())
 }
 
 /// Bytes per (tag, stack) of the run `m` was loaded from (its log, or its
@@ -814,23 +943,28 @@ pub fn stack_figures(m: &Model, at: LiveAt) -> Result<StackFigures, Error> {
 /// memory bounded by what is alive and by the (tag, stack) pairs).
 /// heaptag's own writer tag is left out, as in every report.
 pub fn stack_weights(m: &Model, weight: Weight) -> Result<StackWeights, Error> {
-    stack_weights_files(&run_files(m), m.attributed_peak.1, weight)
+    stack_weights_files(&run_files(m), m.attributed_peak.1, weight, kept_tags(m))
 }
 
 /// As [`stack_weights`], for the log at `path`; `peak_record` is the
 /// number (from 1) of the record that reached the attributed peak
 /// ([`Model::attributed_peak`]'s second figure; 0: nothing was allocated).
 pub fn stack_weights_of(path: &Path, peak_record: u64, weight: Weight) -> Result<StackWeights, Error> {
-    stack_weights_files(&[path.to_path_buf()], peak_record, weight)
+    stack_weights_files(&[path.to_path_buf()], peak_record, weight, None)
 }
 
-fn stack_weights_files(files: &[PathBuf], peak_record: u64, weight: Weight) -> Result<StackWeights, Error> {
+fn stack_weights_files(
+    files: &[PathBuf],
+    peak_record: u64,
+    weight: Weight,
+    kept: Option<std::collections::HashSet<TagKey>>,
+) -> Result<StackWeights, Error> {
     // Allocated covers the whole run: the figures at its end.
     let (at, live) = match weight {
         Weight::Live(at) => (at, true),
         Weight::Allocated => (LiveAt::End, false),
     };
-    let f = stack_figures_files(files, peak_record, at)?;
+    let f = stack_figures_files(files, peak_record, at, kept)?;
     let entries: Vec<StackWeight> = f
         .entries
         .into_iter()
@@ -854,8 +988,16 @@ fn stack_weights_files(files: &[PathBuf], peak_record: u64, weight: Weight) -> R
 
 /// Replays `files` up to the moment `at` (`peak_record` as for
 /// [`stack_weights_of`]): the replay, and the moment's time.
-fn replay_to(files: &[PathBuf], peak_record: u64, at: LiveAt) -> Result<(Replay, u64), Error> {
-    let mut replay = Replay::default();
+fn replay_to(
+    files: &[PathBuf],
+    peak_record: u64,
+    at: LiveAt,
+    kept: Option<std::collections::HashSet<TagKey>>,
+) -> Result<(Replay, u64), Error> {
+    let mut replay = Replay {
+        kept,
+        ..Replay::default()
+    };
     let mut records = 0u64;
     let mut last_t = 0u64;
     let stop_at = match at {
@@ -894,75 +1036,27 @@ fn replay_to(files: &[PathBuf], peak_record: u64, at: LiveAt) -> Result<(Replay,
     Ok((replay, time_ns))
 }
 
-fn stack_figures_files(files: &[PathBuf], peak_record: u64, at: LiveAt) -> Result<StackFigures, Error> {
-    let (replay, time_ns) = replay_to(files, peak_record, at)?;
-    /// One (tag, stack)'s sums over the generations of its tag.
-    #[derive(Default)]
-    struct Sum {
-        live_bytes: u64,
-        live_objects: f64,
-        alloc_bytes: u64,
-        alloc_objects: u64,
-    }
-    /// One generation's tracked allocations and sampled stacks: what its
-    /// small allocations are found and split by.
-    #[derive(Default)]
-    struct PerGen {
-        tracked_bytes: u64,
-        tracked_blocks: u64,
-        by_weight: Vec<(u32, u64)>,
-        by_objects: Vec<(u32, f64)>,
-    }
-    let mut by: BTreeMap<(TagKey, Option<u32>, bool), Sum> = BTreeMap::new();
-    let mut gens: BTreeMap<Gen, PerGen> = BTreeMap::new();
+fn stack_figures_files(
+    files: &[PathBuf],
+    peak_record: u64,
+    at: LiveAt,
+    kept: Option<std::collections::HashSet<TagKey>>,
+) -> Result<StackFigures, Error> {
+    let (mut replay, time_ns) = replay_to(files, peak_record, at, kept)?;
+    // Generations retired during the replay were settled then; the others
+    // now, each the same way.
+    let mut by = std::mem::take(&mut replay.settled);
+    let mut gens: BTreeMap<Gen, Vec<(u32, Acc)>> = BTreeMap::new();
     for (&(g, stack), a) in &replay.acc {
-        let s = by
-            .entry((replay.key(g), (stack != 0).then_some(stack), false))
-            .or_default();
-        s.live_bytes = s.live_bytes.saturating_add(a.live_bytes);
-        s.live_objects += a.live_blocks as f64 + a.live_sampled;
-        s.alloc_bytes = s.alloc_bytes.saturating_add(a.tracked_bytes);
-        s.alloc_objects = s.alloc_objects.saturating_add(a.tracked_blocks);
-        let e = gens.entry(g).or_default();
-        e.tracked_bytes = e.tracked_bytes.saturating_add(a.tracked_bytes);
-        e.tracked_blocks = e.tracked_blocks.saturating_add(a.tracked_blocks);
-        if a.sampled_weight > 0 {
-            e.by_weight.push((stack, a.sampled_weight));
-            e.by_objects.push((stack, a.sampled_objects));
-        }
+        gens.entry(g).or_default().push((stack, *a));
     }
     // A tag with counters but no block tracked or sampled: all its
     // allocations are small and unsampled.
     for &g in replay.counters.keys() {
         gens.entry(g).or_default();
     }
-    for (g, mut e) in gens {
-        // Without counters (a log cut before its first memory sample) the
-        // report counts tracked blocks only: so do we.
-        let Some(&(bytes, blocks)) = replay.counters.get(&g) else {
-            continue;
-        };
-        let (small_bytes, small_blocks) = (
-            bytes.saturating_sub(e.tracked_bytes),
-            blocks.saturating_sub(e.tracked_blocks),
-        );
-        let k = replay.key(g);
-        if e.by_weight.is_empty() {
-            let s = by.entry((k, None, true)).or_default();
-            s.alloc_bytes = s.alloc_bytes.saturating_add(small_bytes);
-            s.alloc_objects = s.alloc_objects.saturating_add(small_blocks);
-            continue;
-        }
-        e.by_weight.sort_unstable();
-        e.by_objects.sort_by_key(|p| p.0);
-        for (stack, v) in split_exact(small_bytes, &e.by_weight) {
-            let s = by.entry((k.clone(), (stack != 0).then_some(stack), false)).or_default();
-            s.alloc_bytes = s.alloc_bytes.saturating_add(v);
-        }
-        for (stack, v) in split_fractional(small_blocks, &e.by_objects) {
-            let s = by.entry((k.clone(), (stack != 0).then_some(stack), false)).or_default();
-            s.alloc_objects = s.alloc_objects.saturating_add(v);
-        }
+    for (g, accs) in gens {
+        settle(&mut by, &replay.key(g), &accs, replay.counters.get(&g).copied());
     }
     let entries = by
         .into_iter()
@@ -1102,7 +1196,7 @@ mod tests {
             job: Some(1),
             stage: Some("a;b".into()),
             partition: Some(2),
-            undefined: None,
+            ..TagKey::default()
         };
         assert_eq!(tag_frame(&k), "job=1 stage=a,b partition=2");
     }

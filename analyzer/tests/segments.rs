@@ -473,7 +473,7 @@ fn one_segment_alone_starts_from_its_carried_state() {
             job: Some(1),
             partition: Some(1),
             stage: Some("prove".into()),
-            undefined: None,
+            ..TagKey::default()
         })
         .unwrap();
     assert_eq!(m.tag_acc.get(j1p1).unwrap().external, MIB as i64);

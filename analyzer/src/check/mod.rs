@@ -71,7 +71,12 @@ pub const BASELINE_SCHEMA_VERSION: u32 = 2;
 /// What a tag is called in a baseline (and in `heaptag diff`): its stage and
 /// partition, without the job.
 pub fn baseline_key(k: &crate::model::TagKey) -> String {
-    crate::model::TagKey { job: None, ..k.clone() }.to_string()
+    crate::model::TagKey {
+        job: None,
+        folded: false,
+        ..k.clone()
+    }
+    .to_string()
 }
 
 impl Baseline {

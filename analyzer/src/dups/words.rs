@@ -87,7 +87,7 @@ mod tests {
             job,
             stage: Some(stage.into()),
             partition,
-            undefined: None,
+            ..TagKey::default()
         }
     }
 

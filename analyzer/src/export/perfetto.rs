@@ -222,6 +222,10 @@ fn series(m: &Model, by: By) -> Result<Series, Error> {
             Flow::Go
         },
         |replay| {
+            // A retired generation holds nothing and changes no more.
+            for g in std::mem::take(&mut replay.settled_gens) {
+                tags.remove(&g);
+            }
             for g in std::mem::take(&mut replay.changed) {
                 let live = replay.tag_live.get(&g).copied().unwrap_or(0);
                 let (key, held) = tags.entry(g).or_insert_with(|| {

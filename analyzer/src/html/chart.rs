@@ -296,6 +296,7 @@ mod tests {
             unmatched_frees: 0,
             segments: Vec::new(),
             tags_without_id: 0,
+            tags_folded: 0,
         }
     }
 

@@ -89,6 +89,11 @@ impl<T: Default> IdTable<T> {
             .chain(sparse)
     }
 
+    /// Every entry, mutably, in no particular order.
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.dense.iter_mut().chain(self.sparse.values_mut())
+    }
+
     /// Entries held.
     pub fn len(&self) -> usize {
         self.dense.len() + self.sparse.len()

@@ -49,6 +49,10 @@ impl Model {
     }
 
     fn load_with(paths: &[PathBuf], infos: &[SegmentInfo], opts: &LoadOptions) -> Result<Model, Error> {
+        let opts = &LoadOptions {
+            tag_budget: Some(super::fold::budget(opts.tag_budget)?),
+            ..opts.clone()
+        };
         let mut m = Model::pass(paths, infos, None, opts)?;
         let (_, at, _) = m.attributed_peak;
         if opts.peak && at > 0 {
@@ -58,7 +62,17 @@ impl Model {
                 ..opts.clone()
             };
             let again = Model::pass(paths, infos, Some(at), &again_opts)?;
-            m.attributed_composition = again.attributed_composition;
+            // The second pass numbers tags as it meets them (and gives a
+            // folded tag's number out again): its holders are named by
+            // value. They held memory at the peak, so neither pass folded
+            // them.
+            m.attributed_composition = again.attributed_composition.clone().map(|mut c| {
+                for e in &mut c.per_tag {
+                    let k = again.tag(e.0);
+                    e.0 = m.tag_number(&k).unwrap_or(e.0);
+                }
+                c
+            });
         }
         Ok(m)
     }
@@ -69,6 +83,10 @@ impl Model {
             header: printable_header(header),
             want_intervals: opts.intervals,
             intervals_kept: opts.intervals_kept.unwrap_or(super::INTERVALS_KEPT),
+            fold: super::fold::FoldState {
+                budget: opts.tag_budget.unwrap_or(super::TAG_BUDGET),
+                ..Default::default()
+            },
             hooks: super::Hooks {
                 groups: opts.groups.clone(),
                 timeline_key: opts.timeline_key.clone(),

@@ -18,6 +18,7 @@
 //! (`tag_retire`) and reuses them for other tags, and the same value may
 //! come back under another id. [`Model::tag`] names a tag number.
 
+mod fold;
 mod ids;
 mod load;
 mod modules;
@@ -25,6 +26,7 @@ mod replay;
 mod segments;
 mod timeline;
 
+pub use fold::TAG_BUDGET;
 pub use ids::IdTable;
 pub use modules::ModuleIndex;
 pub use segments::{expand_inputs, plan_runs, RunPlan, SegmentInfo};
@@ -50,6 +52,11 @@ pub struct TagKey {
     /// definition lost): shown as "tag ID (undefined)", never as untagged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub undefined: Option<u32>,
+    /// Set for the aggregate that retired tags past the tag budget were
+    /// folded into (`fold.rs`): one per stage and partition, job dropped,
+    /// shown as "others stage=S partition=P".
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub folded: bool,
 }
 
 impl TagKey {
@@ -65,6 +72,9 @@ impl fmt::Display for TagKey {
             return write!(f, "tag {id} (undefined)");
         }
         let mut parts = Vec::new();
+        if self.folded {
+            parts.push("others".to_string());
+        }
         if let Some(j) = self.job {
             parts.push(format!("job={j}"));
         }
@@ -253,6 +263,18 @@ pub struct TagAcc {
     pub external: i64,
     /// Changed since the last memory sample (1) / the last RSS peak (2).
     pub(crate) dirty: u8,
+    /// For a folded aggregate ([`TagKey::folded`]): how many tags were
+    /// folded into it (0 for a tag of its own).
+    pub folded: u64,
+    /// Record index when the tag number was given out, and of the last
+    /// change of its live bytes (`fold.rs`: whether it can have held
+    /// memory at the attributed peak).
+    pub(crate) born_rec: u64,
+    pub(crate) last_rec: u64,
+    /// Log ids that stand for the tag now.
+    pub(crate) id_refs: u32,
+    /// Listed in the fold candidates.
+    pub(crate) candidate: bool,
 }
 
 /// Running figures of one call stack.
@@ -492,6 +514,12 @@ pub struct Model {
     pub(crate) seg: segments::SegState,
     /// Interval pruning state (`replay.rs`).
     pub(crate) prune: replay::PruneState,
+    /// Tags folded into per-(stage, partition) aggregates past the tag
+    /// budget (`fold.rs`); 0 on a run with fewer retired tags than twice
+    /// the budget.
+    pub tags_folded: u64,
+    /// Tag folding state (`fold.rs`).
+    pub(crate) fold: fold::FoldState,
 }
 
 /// What `dups` counts of the lifetimes of one tag that were left out.
@@ -534,6 +562,9 @@ pub struct LoadOptions {
     /// by tag number, so each bucket holds the maximum of each key's sum
     /// (exact), not of each tag.
     pub timeline_key: Option<KeyFn>,
+    /// Retired tags kept in full before the smaller ones are folded
+    /// (default [`TAG_BUDGET`], or `HEAPTAG_TAG_BUDGET`; a test lowers it).
+    pub tag_budget: Option<usize>,
 }
 
 /// The predicates a model was loaded with.
@@ -560,6 +591,7 @@ impl std::fmt::Debug for LoadOptions {
             .field("intervals_kept", &self.intervals_kept)
             .field("groups", &self.groups.len())
             .field("timeline_key", &self.timeline_key.is_some())
+            .field("tag_budget", &self.tag_budget)
             .finish()
     }
 }

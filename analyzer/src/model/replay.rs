@@ -82,6 +82,7 @@ impl Model {
             a.peak = live;
             a.peak_t = t;
         }
+        a.last_rec = self.records;
         Model::touch(a, tag, &mut self.tl_dirty, &mut self.pk_tags_dirty);
         let s = self.site_acc.entry(stack);
         add(&mut s.live, bytes, &mut of);
@@ -119,6 +120,7 @@ impl Model {
             a.small = a.small.saturating_sub(bytes);
             self.small = self.small.saturating_sub(bytes);
         }
+        a.last_rec = self.records;
         Model::touch(a, tag, &mut self.tl_dirty, &mut self.pk_tags_dirty);
         let s = self.site_acc.entry(stack);
         s.live = s.live.saturating_sub(bytes);
@@ -289,6 +291,7 @@ impl Model {
         let mut of = false;
         let a = self.tag_acc.entry(tag);
         add_signed(&mut a.external, bytes, &mut of);
+        a.last_rec = self.records;
         Model::touch(a, tag, &mut self.tl_dirty, &mut self.pk_tags_dirty);
         add_signed(&mut self.external, bytes, &mut of);
         self.overflowed |= of;
@@ -314,7 +317,7 @@ impl Model {
                     job,
                     stage: stage.map(printable),
                     partition,
-                    undefined: None,
+                    ..TagKey::default()
                 };
                 let tag = self.number_of(key);
                 self.ids.defined();
@@ -322,17 +325,20 @@ impl Model {
                 // The same id for the same value again (a segment repeats
                 // the definitions it uses): the same lifetime goes on.
                 if slot.tag != Some(tag) {
+                    let old = slot.tag;
                     *slot = super::IdSlot {
                         tag: Some(tag),
                         bytes: 0,
                         count: 0,
                     };
+                    self.rebind(old, Some(tag));
                 }
             }
             Record::TagRetire { time_ns, id } => {
                 self.time(time_ns);
                 // The id is free: its next definition is another lifetime.
-                *self.ids.entry(id) = super::IdSlot::default();
+                let old = std::mem::take(self.ids.entry(id)).tag;
+                self.rebind(old, None);
             }
             Record::TagOverflow {
                 time_ns,
@@ -345,7 +351,7 @@ impl Model {
                     job,
                     stage: stage.map(printable),
                     partition,
-                    undefined: None,
+                    ..TagKey::default()
                 };
                 if !self.overflow_seen.contains(&key) {
                     self.tags_without_id_count += 1;
@@ -666,7 +672,8 @@ impl Model {
         };
         let tag = self.number_of(key);
         let slot = self.ids.entry(id);
-        slot.tag = Some(tag);
+        let old = slot.tag.replace(tag);
+        self.rebind(old, Some(tag));
         tag
     }
 
@@ -675,12 +682,13 @@ impl Model {
         if let Some(&n) = self.tag_number.get(&key) {
             return n;
         }
-        let n = u32::try_from(self.tags.len()).unwrap_or(u32::MAX);
+        let n = self.fresh_number();
         self.tags.insert(n, key.clone());
         self.tag_number.insert(key, n);
         self.tag_acc.defined();
         self.tl_prev.defined();
         self.series_of.defined();
+        self.tag_acc.entry(n).born_rec = self.records;
         n
     }
 

@@ -113,6 +113,41 @@ impl Timeline {
         }
     }
 
+    /// Renames series (`to` gives each one's new number; several may
+    /// become one): in each bucket the changes of series that became one
+    /// are summed (value before, highest, end), as [`KeyedSums`] sums the
+    /// series of one key, so every sum over keys is unchanged.
+    pub(crate) fn remap(&mut self, to: impl Fn(u32) -> Option<u32>) {
+        for b in &mut self.buckets {
+            if !b.changes.iter().any(|c| to(c.series).is_some()) {
+                continue;
+            }
+            let mut at: MixMap<u32, usize> = MixMap::default();
+            let old = std::mem::take(&mut b.changes);
+            for mut c in old {
+                c.series = to(c.series).unwrap_or(c.series);
+                match at.get(&c.series) {
+                    Some(&i) => {
+                        let e = &mut b.changes[i];
+                        e.before = e.before.saturating_add(c.before);
+                        e.max = e.max.saturating_add(c.max);
+                        e.end = e.end.saturating_add(c.end);
+                    }
+                    None => {
+                        at.insert(c.series, b.changes.len());
+                        b.changes.push(c);
+                    }
+                }
+            }
+        }
+        self.open.clear();
+        if let Some(b) = self.buckets.last() {
+            for (i, c) in b.changes.iter().enumerate() {
+                self.open.insert(c.series, i);
+            }
+        }
+    }
+
     /// Halves the buckets: each pair becomes one holding both's maxima.
     fn merge_pairs(&mut self) {
         let old = std::mem::take(&mut self.buckets);

@@ -75,6 +75,9 @@ pub(crate) fn source(f: Format, out: &mut dyn Write, s: &Source) -> io::Result<(
     for p in &s.problems {
         line(out, format!("WARNING: {p}"))?;
     }
+    if let Some(l) = crate::report::tags_folded_line(s.tags_folded) {
+        line(out, l)?;
+    }
     Ok(())
 }
 

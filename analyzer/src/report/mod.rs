@@ -61,10 +61,26 @@ pub struct Source {
     /// memory is in `untagged`. Absent (0) on a healthy run.
     #[serde(skip_serializing_if = "is_zero")]
     pub tags_without_id: u64,
+    /// Retired tags folded past the tag budget into one "others" row per
+    /// stage and partition (docs/REPORTS.md, "Long runs: folded tags").
+    /// Absent (0) on a run with fewer retired tags than twice the budget.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub tags_folded: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+/// The note for tags folded past the tag budget, if any were.
+pub fn tags_folded_line(tags_folded: u64) -> Option<String> {
+    (tags_folded > 0).then(|| {
+        format!(
+            "note: {tags_folded} retired tags past the tag budget were folded into \"others\" rows, one per stage \
+             and partition (their figures summed; per-tag rows kept for the largest peaks and every tag alive \
+             or holding memory at a peak)"
+        )
+    })
 }
 
 /// The warning for tags that got no tag id, if any did.
@@ -115,6 +131,7 @@ impl Source {
             unmatched_frees: m.unmatched_frees,
             segments: m.segments.iter().map(|p| p.display().to_string()).collect(),
             tags_without_id: m.tags_without_id_count,
+            tags_folded: m.tags_folded,
         }
     }
 }
@@ -133,6 +150,12 @@ pub struct TagRow {
     /// The id, when the log used it without defining it (damage).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub undefined: Option<u32>,
+    /// For an "others" row (tag `others stage=S partition=P`): how many
+    /// retired tags of that stage and partition were folded into it past
+    /// the tag budget (docs/REPORTS.md); its figures are theirs summed
+    /// (allocated) or the highest of theirs (peaks). Absent for a tag.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub folded_tags: Option<u64>,
     /// Peak live bytes: the exact tracked peak plus the small-block
     /// estimate at that moment (`peak_small_bytes` +- `peak_small_stderr_bytes`),
     /// and when. A tag with no tracked block has only an estimate: then the
@@ -443,6 +466,7 @@ fn tag_rows(m: &Model) -> Vec<TagRow> {
                 stage: k.stage.clone(),
                 partition: k.partition,
                 undefined: k.undefined,
+                folded_tags: k.folded.then_some(a.folded),
                 peak_live,
                 peak_tracked_bytes: a.tracked_peak,
                 peak_small_bytes: peak_small,
@@ -451,7 +475,7 @@ fn tag_rows(m: &Model) -> Vec<TagRow> {
                 live_end_bytes: a.tracked.saturating_add(a.small),
                 live_end_tracked_bytes: a.tracked,
                 live_end_stderr_bytes: a.small_var.sqrt().round() as u64,
-                live_end_small_upper_bytes: small_upper_bound(m, a),
+                live_end_small_upper_bytes: small_upper_bound(m, a).filter(|_| !k.folded),
                 allocated_bytes: a.alloc_bytes.unwrap_or(a.tracked_alloc),
                 allocations: a.alloc_count.unwrap_or(a.tracked_count),
                 external_bytes: a.external,
@@ -510,6 +534,7 @@ pub fn report(models: &[Model]) -> Report {
                     stage: r.stage.clone(),
                     partition: r.partition,
                     undefined: r.undefined,
+                    folded: r.folded_tags.is_some(),
                 };
                 let c = by.entry(key).or_insert_with(|| CombinedRow {
                     total: TagRow {

@@ -201,6 +201,7 @@ fn key(r: &TagRow) -> TagKey {
         stage: r.stage.clone(),
         partition: r.partition,
         undefined: r.undefined,
+        folded: r.folded_tags.is_some(),
     }
 }
 
@@ -229,6 +230,10 @@ fn group_peaks(m: &Model, view: &ReportView) -> Result<BTreeMap<String, (u64, u6
         &mut replay,
         |_, _| Flow::Go,
         |replay| {
+            // A retired generation holds nothing and changes no more.
+            for g in std::mem::take(&mut replay.settled_gens) {
+                tags.remove(&g);
+            }
             for g in std::mem::take(&mut replay.changed) {
                 let live = replay.tag_live.get(&g).copied().unwrap_or(0);
                 let (group, held) = tags.entry(g).or_insert_with(|| {
