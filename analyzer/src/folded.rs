@@ -472,7 +472,11 @@ impl Replay {
             },
             _ => k,
         };
-        settle(&mut self.settled, &k, &accs, counters);
+        // A replay tracking tags' live bytes (`report --by`, Perfetto)
+        // needs no per-stack figures.
+        if !self.track_tags {
+            settle(&mut self.settled, &k, &accs, counters);
+        }
         if self.track_tags {
             self.tag_live.remove(&g);
             self.settled_gens.push(g);

@@ -322,6 +322,23 @@ fn retired_tags_past_the_budget_fold_and_every_total_stays_exact() {
     assert!(names.contains(&"job=1400 stage=prove partition=2"), "{names:?}");
     assert!(names.contains(&"others stage=synth partition=1"), "{names:?}");
 
+    // `report --by stage` and `--by partition`: every group's figures
+    // the same (its exact peak, its tags counted, its tags' peaks summed).
+    for by in [By::Stage, By::Partition] {
+        let groups = |m: &Model| {
+            let mut r = report::report(std::slice::from_ref(m));
+            let view = report::view::ReportView {
+                by,
+                ..Default::default()
+            };
+            report::view::apply(&mut r, std::slice::from_ref(m), &view).unwrap();
+            serde_json::to_value(&r.sources[0].groups).unwrap()
+        };
+        let (gw, gf) = (groups(&whole), groups(&folded));
+        assert_eq!(gf, gw, "{by:?}");
+        assert!(gw.as_array().unwrap().len() >= 3, "{gw}");
+    }
+
     // What held memory at both peaks: the same, tag by tag.
     // (Holders of equal bytes are listed in the order of their tag
     // numbers, which folding gives out again: compared by name.)

@@ -225,5 +225,11 @@ fn merge_into(g: &mut TagAcc, a: &TagAcc) {
         g.tracked_peak_t = a.tracked_peak_t;
         g.small_at_tracked_peak = a.small_at_tracked_peak;
     }
+    let row_peak = if a.tracked_peak > 0 {
+        a.tracked_peak.saturating_add(a.small_at_tracked_peak.0)
+    } else {
+        a.peak
+    };
+    g.folded_peaks = g.folded_peaks.saturating_add(row_peak);
     g.folded = g.folded.saturating_add(a.folded.max(1));
 }

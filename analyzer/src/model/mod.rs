@@ -6,7 +6,9 @@
 //! fixed budgets: the timeline is downsampled to at most
 //! [`TIMELINE_BUCKETS`] buckets of per-bucket maxima (`timeline.rs`), and
 //! block lifetimes are kept only for `dups`/`check`, only while they can
-//! still take part in a duplicate. Loading reads only the log: names for
+//! still take part in a duplicate; retired tags past [`TAG_BUDGET`] are
+//! folded into one aggregate per stage and partition (`fold.rs`). Loading
+//! reads only the log: names for
 //! call sites come later, from [`crate::symbolize`], and only for the
 //! reports that show them.
 //!
@@ -16,7 +18,10 @@
 //! partition, stage), given in the order the values first appear, 0 being
 //! untagged. It is not the log's tag id: a writer retires ids
 //! (`tag_retire`) and reuses them for other tags, and the same value may
-//! come back under another id. [`Model::tag`] names a tag number.
+//! come back under another id. [`Model::tag`] names a tag number. Past
+//! the tag budget, retired tags are folded into per-(stage, partition)
+//! aggregates (`fold.rs`) and their numbers given out again: every
+//! reference the model holds is renamed to the aggregate's when it folds.
 
 mod fold;
 mod ids;
@@ -266,6 +271,9 @@ pub struct TagAcc {
     /// For a folded aggregate ([`TagKey::folded`]): how many tags were
     /// folded into it (0 for a tag of its own).
     pub folded: u64,
+    /// For a folded aggregate: the folded tags' peaks (as their report rows
+    /// give them) summed.
+    pub folded_peaks: u64,
     /// Record index when the tag number was given out, and of the last
     /// change of its live bytes (`fold.rs`: whether it can have held
     /// memory at the attributed peak).

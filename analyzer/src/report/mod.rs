@@ -156,6 +156,10 @@ pub struct TagRow {
     /// (allocated) or the highest of theirs (peaks). Absent for a tag.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub folded_tags: Option<u64>,
+    /// For an "others" row: the folded tags' peaks summed (what `--by`'s
+    /// `sum_of_tag_peaks_bytes` adds up).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub folded_peaks_bytes: Option<u64>,
     /// Peak live bytes: the exact tracked peak plus the small-block
     /// estimate at that moment (`peak_small_bytes` +- `peak_small_stderr_bytes`),
     /// and when. A tag with no tracked block has only an estimate: then the
@@ -467,6 +471,7 @@ fn tag_rows(m: &Model) -> Vec<TagRow> {
                 partition: k.partition,
                 undefined: k.undefined,
                 folded_tags: k.folded.then_some(a.folded),
+                folded_peaks_bytes: k.folded.then_some(a.folded_peaks),
                 peak_live,
                 peak_tracked_bytes: a.tracked_peak,
                 peak_small_bytes: peak_small,
@@ -549,6 +554,8 @@ pub fn report(models: &[Model]) -> Report {
                         allocated_bytes: 0,
                         allocations: 0,
                         external_bytes: 0,
+                        folded_tags: r.folded_tags.map(|_| 0),
+                        folded_peaks_bytes: r.folded_peaks_bytes.map(|_| 0),
                         ..r.clone()
                     },
                     peak_by_source: vec![0; sources.len()],
@@ -564,6 +571,9 @@ pub fn report(models: &[Model]) -> Report {
                 e.allocated_bytes = e.allocated_bytes.saturating_add(r.allocated_bytes);
                 e.allocations = e.allocations.saturating_add(r.allocations);
                 e.external_bytes = e.external_bytes.saturating_add(r.external_bytes);
+                let sum = |a: Option<u64>, b: Option<u64>| a.map(|a| a.saturating_add(b.unwrap_or(0)));
+                e.folded_tags = sum(e.folded_tags, r.folded_tags);
+                e.folded_peaks_bytes = sum(e.folded_peaks_bytes, r.folded_peaks_bytes);
             }
         }
         by.into_values().collect()

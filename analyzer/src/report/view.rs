@@ -306,8 +306,11 @@ pub fn apply(r: &mut Report, models: &[Model], view: &ReportView) -> Result<(), 
                     allocations: 0,
                     external_bytes: 0,
                 });
-                g.tags += 1;
-                g.sum_of_tag_peaks_bytes = g.sum_of_tag_peaks_bytes.saturating_add(t.peak_live.bytes);
+                // An "others" row stands for the tags folded into it.
+                g.tags += t.folded_tags.map_or(1, |n| n as usize);
+                g.sum_of_tag_peaks_bytes = g
+                    .sum_of_tag_peaks_bytes
+                    .saturating_add(t.folded_peaks_bytes.unwrap_or(t.peak_live.bytes));
                 g.live_end_bytes = g.live_end_bytes.saturating_add(t.live_end_bytes);
                 g.allocated_bytes = g.allocated_bytes.saturating_add(t.allocated_bytes);
                 g.allocations = g.allocations.saturating_add(t.allocations);
