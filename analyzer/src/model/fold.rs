@@ -103,8 +103,8 @@ impl Model {
         }
     }
 
-    /// Tag numbers of the tags kept in full (what the budget bounds: all
-    /// tags but the folded aggregates), and of the aggregates.
+    /// How many tags the model holds in full (every tag but the folded
+    /// aggregates: what the budget bounds), and how many aggregates.
     pub fn tags_kept(&self) -> (usize, usize) {
         let aggregates = self.tags.values().filter(|k| k.folded).count();
         (self.tags.len() - aggregates, aggregates)
