@@ -339,6 +339,34 @@ fn retired_tags_past_the_budget_fold_and_every_total_stays_exact() {
         assert!(gw.as_array().unwrap().len() >= 3, "{gw}");
     }
 
+    // `check`: rules by stage, and by a job whose tags were kept (proof
+    // 400's, which held the peak), answer the same; a rule by a job whose
+    // tags were all folded selects nothing once they are (docs/REPORTS.md).
+    let policy = heaptag_analyzer::policy::Policy::parse(
+        std::path::Path::new("daemon.toml"),
+        "[[rule]]\nname = \"prove\"\nstage = \"prove\"\nmax_peak = \"1 MiB\"\n\
+         [[rule]]\nname = \"synth\"\nstage = \"synth\"\nmax_peak = \"1 MiB\"\n\
+         [[rule]]\nname = \"peak job\"\njob = 1400\nmax_peak = \"1 MiB\"\n\
+         [[rule]]\nname = \"old job\"\njob = 1100\nmax_peak = \"1 KiB\"\n",
+    )
+    .unwrap();
+    let verdicts = |m: &Model| -> Vec<(String, bool, String)> {
+        heaptag_analyzer::check::check(&policy, std::slice::from_ref(m), None, false)
+            .unwrap()
+            .outcomes
+            .into_iter()
+            .map(|o| (o.rule, o.passed, o.found))
+            .collect()
+    };
+    let (cw, cf) = (verdicts(&whole), verdicts(&folded));
+    assert_eq!(cf[..3], cw[..3]);
+    assert_eq!(
+        cw.iter().map(|v| v.1).collect::<Vec<_>>(),
+        vec![false, true, false, false],
+        "{cw:?}"
+    );
+    assert!(cf[3].1, "{cf:?}");
+
     // What held memory at both peaks: the same, tag by tag.
     // (Holders of equal bytes are listed in the order of their tag
     // numbers, which folding gives out again: compared by name.)
