@@ -448,6 +448,16 @@ fn the_tag_budget_is_set_from_the_environment_and_a_bad_value_is_named() {
         "{out}"
     );
     assert!(out.contains("others stage=prove partition=2"), "{out}");
+    let page = path.with_extension("html");
+    let (code, _, err) = common::heaptag(
+        &["html", "-o", page.to_str().unwrap(), p],
+        &[("HEAPTAG_TAG_BUDGET", "4")],
+    );
+    assert_eq!(code, 0, "{err}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains(&format!("{n} retired tags past the tag budget were folded")));
+    assert!(html.contains("others stage=prove partition=2"));
+    std::fs::remove_file(&page).ok();
     let (code, out, _) = common::heaptag(&["report", "--format", "json", p], &[]);
     assert_eq!(code, 0);
     assert!(!out.contains("tags_folded"), "{out}");

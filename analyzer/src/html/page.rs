@@ -187,6 +187,10 @@ fn header(d: &HtmlData, h: &mut String) {
             }
             h.push_str("</ul></div>");
         }
+        if let Some(l) = crate::report::tags_folded_line(src.tags_folded) {
+            let l = l.strip_prefix("note: ").unwrap_or(&l);
+            let _ = write!(h, "<p class=\"note folded\">{}</p>", esc(l));
+        }
         if src.unmatched_frees > 0 {
             let _ = write!(
                 h,
