@@ -217,6 +217,11 @@ fn warnings(models: &[Model]) -> Vec<String> {
         if let Some(line) = report::tags_without_id_line(m) {
             w.push(format!("{}: {line}", m.path.display()));
         }
+        // Said on stderr too, so every command says it (check, diff and
+        // the exports print no source lines).
+        if let Some(line) = report::tags_folded_line(m.tags_folded) {
+            w.push(format!("{}: {}", m.path.display(), line.trim_start_matches("note: ")));
+        }
     }
     w
 }

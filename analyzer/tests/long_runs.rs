@@ -448,6 +448,14 @@ fn the_tag_budget_is_set_from_the_environment_and_a_bad_value_is_named() {
         "{out}"
     );
     assert!(out.contains("others stage=prove partition=2"), "{out}");
+    // Every command says so, on stderr (check and the exports print no
+    // source lines).
+    let (code, _, err) = common::heaptag(&["export", "folded", p], &[("HEAPTAG_TAG_BUDGET", "4")]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!("{n} retired tags past the tag budget were folded")),
+        "{err}"
+    );
     let page = path.with_extension("html");
     let (code, _, err) = common::heaptag(
         &["html", "-o", page.to_str().unwrap(), p],
