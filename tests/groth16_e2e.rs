@@ -115,6 +115,29 @@ fn tag_named(rep: &Value, name: &str) -> Value {
         .unwrap_or_else(|| panic!("no tag {name}: {rep}"))
 }
 
+/// Bytes of the bucket arrays ec-gpu-gen's CPU multiexp allocates for one
+/// job's proofs, by hand from its source (`multiexp_cpu`): a multiexp over
+/// `len` exponents uses windows of `c = ceil(ln len)` bits (3 below 32
+/// exponents), one array of `2^c - 1` projective points per window, over
+/// the scalar's 255 bits. Per proof (with randomization, so b_g1 too): h
+/// (2^K - 1 exponents), l, a_aux, b_g1_aux, b_g2_aux (the aux variables)
+/// and a_inputs, b_g1_inputs, b_g2_inputs (the 3 inputs).
+fn multiexp_bucket_bytes() -> u64 {
+    let buckets = |len: u64, point: usize| -> u64 {
+        let c = if len < 32 { 3 } else { (len as f64).ln().ceil() as u64 };
+        let windows = 255u64.div_ceil(c);
+        windows * ((1 << c) - 1) * point as u64
+    };
+    let (g1, g2) = (
+        std::mem::size_of::<blstrs::G1Projective>(),
+        std::mem::size_of::<blstrs::G2Projective>(),
+    );
+    let aux = 2 * prover::rounds(CONSTRAINTS_LOG) as u64;
+    let h = (1u64 << CONSTRAINTS_LOG) - 1;
+    let per_proof = buckets(h, g1) + 3 * buckets(aux, g1) + buckets(aux, g2) + 2 * buckets(3, g1) + buckets(3, g2);
+    per_proof * JOBS * PARTITIONS
+}
+
 #[test]
 fn shared_once() {
     child_runs_prover();
@@ -164,6 +187,14 @@ fn shared_once() {
             assert!(t["allocated_bytes"].as_u64().unwrap() >= abc, "{t}");
         }
     }
+    // The multiexps' bucket arrays run on rayon workers that no tag reaches
+    // (spawned from ec-gpu-gen's own pool): untagged (docs/GROTH16.md).
+    let untagged = tag_named(&rep, "untagged");
+    assert!(
+        untagged["allocated_bytes"].as_u64().unwrap() >= multiexp_bucket_bytes(),
+        "{untagged} < {}",
+        multiexp_bucket_bytes()
+    );
 }
 
 #[test]
@@ -225,8 +256,15 @@ fn pool_tags_name_the_rayon_workers() {
     let r = prover_run("pool_tags_name_the_rayon_workers", "pool-tags", "--pool-tags");
     all_proofs_verified(&r);
     let rep = report(&r);
+    // The bucket arrays move from untagged to the pool's standing tag.
     let pool = tag_named(&rep, &format!("stage={}", prover::POOL_STAGE));
-    assert!(pool["allocated_bytes"].as_u64().unwrap() > 0, "{pool}");
+    let untagged = tag_named(&rep, "untagged");
+    let pool_bytes = pool["allocated_bytes"].as_u64().unwrap();
+    assert!(pool_bytes >= multiexp_bucket_bytes(), "{pool}");
+    assert!(
+        untagged["allocated_bytes"].as_u64().unwrap() < multiexp_bucket_bytes(),
+        "{untagged}"
+    );
 }
 
 #[test]
