@@ -248,7 +248,8 @@ impl Circuit<Scalar> for Chain {
 }
 
 static CONSTANTS: OnceLock<Arc<Vec<Scalar>>> = OnceLock::new();
-static SRS: OnceLock<Arc<Parameters<Bls12>>> = OnceLock::new();
+/// The parameters, or why they could not be made (kept, so every job sees it).
+static SRS: OnceLock<Result<Arc<Parameters<Bls12>>, String>> = OnceLock::new();
 
 /// The process-wide round-constant table, built once (charged to
 /// `stage=constants_load`, no job, no partition).
@@ -260,7 +261,7 @@ fn shared_constants(mib: usize) -> Arc<Vec<Scalar>> {
 
 /// The process-wide parameters, generated once for the circuit shape
 /// (charged to `stage=srs_load`).
-fn shared_srs(rounds: usize, constants: &Arc<Vec<Scalar>>) -> Arc<Parameters<Bls12>> {
+fn shared_srs(rounds: usize, constants: &Arc<Vec<Scalar>>) -> Result<Arc<Parameters<Bls12>>, String> {
     SRS.get_or_init(|| {
         heaptag::shared(SRS_STAGE, || {
             let shape = Chain {
@@ -270,7 +271,9 @@ fn shared_srs(rounds: usize, constants: &Arc<Vec<Scalar>>) -> Arc<Parameters<Bls
                 x0: None,
             };
             let mut rng = ChaCha8Rng::seed_from_u64(0x5253);
-            Arc::new(groth16::generate_random_parameters::<Bls12, _, _>(shape, &mut rng).expect("parameters"))
+            groth16::generate_random_parameters::<Bls12, _, _>(shape, &mut rng)
+                .map(Arc::new)
+                .map_err(|e| format!("generate_random_parameters: {e}"))
         })
     })
     .clone()
@@ -304,6 +307,14 @@ fn run_job(args: &Args, job: u64, admitted: &Barrier) -> Result<JobResult, Strin
     let rounds = rounds(args.constraints_log);
     let shared = shared_constants(args.table_mib);
     let srs = shared_srs(rounds, &shared);
+    let srs = match srs {
+        Ok(srs) => srs,
+        Err(e) => {
+            // Still meet the other jobs at the barrier, or they would wait forever.
+            admitted.wait();
+            return Err(format!("job {job}: {e}"));
+        }
+    };
 
     // Setup: each partition's circuit (and, with `--duplicate srs`, its own
     // parameters), made under the partition's tag.
@@ -437,7 +448,7 @@ pub fn run(argv: &[String]) -> i32 {
     });
     heaptag::mark("jobs done");
 
-    let srs_bytes = SRS.get().map_or(0, |p| {
+    let srs_bytes = SRS.get().and_then(|p| p.as_ref().ok()).map_or(0, |p| {
         let g1 = (p.h.len() + p.l.len() + p.a.len() + p.b_g1.len()) * std::mem::size_of::<blstrs::G1Affine>();
         (g1 + p.b_g2.len() * std::mem::size_of::<blstrs::G2Affine>()) as u64
     });
