@@ -599,9 +599,44 @@ fn find_sync(b: &[u8]) -> Option<usize> {
     None
 }
 
+impl<R: Read> LogReader<R> {
+    /// A record inside a checksummed frame did not decode: the rest of the
+    /// frame is skipped and reported.
+    #[cold]
+    #[inline(never)]
+    fn bad_record(&mut self, e: DecodeError) {
+        let rest = (self.frame_len - self.pos) as u64;
+        self.pos = self.frame_len;
+        self.problem(e.offset, ProblemKind::BadRecord(e.what), rest);
+    }
+
+    /// The current frame is used up: makes the next intact one current;
+    /// false at the end of the log (once there, always).
+    #[inline(never)]
+    fn advance(&mut self) -> bool {
+        if self.done || !self.next_frame() {
+            if !self.done {
+                let (records, offset, bytes) = self.after_end;
+                if records > 0 {
+                    self.problem(offset, ProblemKind::AfterEnd { records }, bytes);
+                }
+            }
+            self.done = true;
+            self.frame_len = 0;
+            self.pos = 0;
+            return false;
+        }
+        true
+    }
+}
+
 impl<R: Read> Iterator for LogReader<R> {
     type Item = Record;
 
+    /// Small and inlined into the caller's loop (the record is built where
+    /// it is used instead of being copied out through the return slot);
+    /// frame changes and damage are out of line.
+    #[inline(always)]
     fn next(&mut self) -> Option<Record> {
         loop {
             if self.pos < self.frame_len {
@@ -627,24 +662,11 @@ impl<R: Read> Iterator for LogReader<R> {
                         self.unknown += 1;
                         continue;
                     }
-                    Err(e) => {
-                        let rest = (self.frame_len - self.pos) as u64;
-                        // (rare: damage inside a checksummed frame)
-                        self.pos = self.frame_len;
-                        self.problem(e.offset, ProblemKind::BadRecord(e.what), rest);
-                    }
+                    // (rare: damage inside a checksummed frame)
+                    Err(e) => self.bad_record(e),
                 }
             }
-            if self.done || !self.next_frame() {
-                if !self.done {
-                    let (records, offset, bytes) = self.after_end;
-                    if records > 0 {
-                        self.problem(offset, ProblemKind::AfterEnd { records }, bytes);
-                    }
-                }
-                self.done = true;
-                self.frame_len = 0;
-                self.pos = 0;
+            if !self.advance() {
                 return None;
             }
         }
