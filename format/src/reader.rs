@@ -14,7 +14,7 @@ use crate::crc;
 use crate::field::Deltas;
 use crate::frame::{FRAME_HEADER_LEN, FRAME_HEADER_LEN_V1, MAX_FRAME, SYNC};
 use crate::header::FIXED_LEN;
-use crate::record::{Decoded, Kind, Record};
+use crate::record::{Kind, Record};
 use crate::{DecodeError, Header, ReadError};
 
 /// What went wrong in the body of a log (the header was fine).
@@ -643,8 +643,8 @@ impl<R: Read> Iterator for LogReader<R> {
                 let base = self.frame_base + self.pos as u64;
                 let at = (self.frame_base - self.win.base) as usize;
                 let mut c = Cursor::new(&self.win.buf[at + self.pos..at + self.frame_len], base);
-                match Record::decode(&mut self.deltas, &mut c, self.header.version) {
-                    Ok(Decoded::Record(r)) => {
+                match Record::decode_known(&mut self.deltas, &mut c, self.header.version) {
+                    Ok(Some(r)) => {
                         let used = c.offset() - base;
                         self.pos += used as usize;
                         if self.ended {
@@ -657,7 +657,7 @@ impl<R: Read> Iterator for LogReader<R> {
                         self.last_record = base;
                         return Some(r);
                     }
-                    Ok(Decoded::Unknown { .. }) => {
+                    Ok(None) => {
                         self.pos += (c.offset() - base) as usize;
                         self.unknown += 1;
                         continue;
