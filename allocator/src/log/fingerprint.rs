@@ -332,19 +332,15 @@ mod tests {
 
     /// CPU seconds per GiB of full fingerprints, the earlier algorithm (the
     /// four-lane multiply hash over every word, what full hashing was before
-    /// XXH3) against XXH3, interleaved over one 256 MiB buffer (out of
-    /// cache, as a large block at its free). Prints, asserts nothing on
+    /// XXH3) against XXH3, interleaved, over one 256 MiB buffer (out of
+    /// cache, as a large block at its free) and a 256 KiB one hashed 1,024
+    /// times (in cache: the hash's own cost), with the floor of merely
+    /// reading the bytes (a sum of their words). Prints, asserts nothing on
     /// time: `cargo test --release -p heaptag-alloc --lib -- --ignored
     /// --nocapture full_fingerprint_speed`.
     #[test]
     #[ignore]
     fn full_fingerprint_speed() {
-        let len = 256usize << 20;
-        let v: Vec<u8> = (0..len)
-            .map(|i| (i as u32).wrapping_mul(2_654_435_761).rotate_left(13) as u8)
-            .collect();
-        let gib = len as f64 / f64::from(1u32 << 30);
-        let (mut old, mut new) = (Vec::new(), Vec::new());
         // This thread's CPU time (the shared machine's load does not count).
         let cpu = || {
             let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
@@ -352,25 +348,48 @@ mod tests {
             unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
             t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
         };
-        for _ in 0..5 {
-            let t = cpu();
-            let mut h = Hasher::new(len);
-            // SAFETY: `v` is live for the call.
-            unsafe { h.range(v.as_ptr(), len) };
-            std::hint::black_box(h.finish());
-            old.push((cpu() - t) / gib);
-            let t = cpu();
-            std::hint::black_box(fp(&v, true));
-            new.push((cpu() - t) / gib);
+        for (len, reps) in [(256usize << 20, 1), (256 << 10, 1024)] {
+            let v: Vec<u8> = (0..len)
+                .map(|i| (i as u32).wrapping_mul(2_654_435_761).rotate_left(13) as u8)
+                .collect();
+            let gib = (len * reps) as f64 / f64::from(1u32 << 30);
+            let (mut old, mut new, mut read) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..5 {
+                let t = cpu();
+                for _ in 0..reps {
+                    let mut h = Hasher::new(len);
+                    // SAFETY: `v` is live for the call.
+                    unsafe { h.range(v.as_ptr(), len) };
+                    std::hint::black_box(h.finish());
+                }
+                old.push((cpu() - t) / gib);
+                let t = cpu();
+                for _ in 0..reps {
+                    std::hint::black_box(fp(&v, true));
+                }
+                new.push((cpu() - t) / gib);
+                let t = cpu();
+                for _ in 0..reps {
+                    let sum = v.chunks_exact(8).fold(0u64, |a, w| {
+                        a.wrapping_add(u64::from_ne_bytes(w.try_into().unwrap_or_default()))
+                    });
+                    std::hint::black_box(sum);
+                }
+                read.push((cpu() - t) / gib);
+            }
+            for m in [&mut old, &mut new, &mut read] {
+                m.sort_by(f64::total_cmp);
+            }
+            println!(
+                "full fingerprints, CPU s/GiB (median of 5, {} KiB x {reps}): four-lane multiply {:.4}, xxh3 {:.4} \
+                 (old / new {:.2}x), reading alone {:.4}",
+                len >> 10,
+                old[2],
+                new[2],
+                old[2] / new[2],
+                read[2]
+            );
         }
-        old.sort_by(f64::total_cmp);
-        new.sort_by(f64::total_cmp);
-        println!(
-            "full fingerprints, s/GiB (median of 5, 256 MiB): four-lane multiply {:.4}, xxh3 {:.4}, ratio {:.2}x",
-            old[2],
-            new[2],
-            old[2] / new[2]
-        );
     }
 
     #[test]
