@@ -162,7 +162,8 @@ unsafe fn full(p: *const u8, size: usize) -> Fingerprint {
 }
 
 /// Four independent lanes, so the multiplies of consecutive words overlap
-/// (about 4x the throughput of one chain; it matters for full hashing).
+/// (about 4x the throughput of one chain). Sampled fingerprints only; full
+/// ones were this hash over every word before XXH3.
 struct Hasher {
     lanes: [u64; 4],
     /// The first byte seen, repeated in every byte of a word.
