@@ -112,7 +112,12 @@ pub fn put_opt(out: &mut impl Sink, v: Option<u64>) {
 /// A cursor over a byte slice, reporting positions relative to the file.
 #[derive(Debug)]
 pub struct Cursor<'a> {
+    /// The bytes readable: `..end` is the cursor's, the rest may be looked
+    /// at (a record's cursor sees the rest of its frame) but never read:
+    /// the varint decoder loads 8 bytes at a time and uses only its own.
     buf: &'a [u8],
+    /// One past the cursor's last byte (`<= buf.len()`).
+    end: usize,
     pos: usize,
     /// File offset of `buf[0]`, for error messages.
     base: u64,
@@ -121,13 +126,18 @@ pub struct Cursor<'a> {
 impl<'a> Cursor<'a> {
     /// A cursor over `buf`, which starts at byte `base` of the file.
     pub fn new(buf: &'a [u8], base: u64) -> Self {
-        Cursor { buf, pos: 0, base }
+        Cursor {
+            buf,
+            end: buf.len(),
+            pos: 0,
+            base,
+        }
     }
 
     /// True when every byte was read.
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.pos >= self.buf.len()
+        self.pos >= self.end
     }
 
     /// File offset of the next byte.
@@ -146,8 +156,7 @@ impl<'a> Cursor<'a> {
     /// Reads one byte.
     #[inline(always)]
     pub fn u8(&mut self) -> Result<u8, DecodeError> {
-        let b = *self
-            .buf
+        let b = *self.buf[..self.end]
             .get(self.pos)
             .ok_or_else(|| self.err("unexpected end of record"))?;
         self.pos += 1;
@@ -158,7 +167,7 @@ impl<'a> Cursor<'a> {
     #[inline(always)]
     pub fn varint(&mut self) -> Result<u64, DecodeError> {
         // Most values fit in one byte.
-        if let Some(&b) = self.buf.get(self.pos) {
+        if let Some(&b) = self.buf[..self.end].get(self.pos) {
             if b < 0x80 {
                 self.pos += 1;
                 return Ok(u64::from(b));
@@ -167,8 +176,40 @@ impl<'a> Cursor<'a> {
         self.varint_long()
     }
 
+    /// A varint of two or more bytes. With 8 bytes left in the buffer, a
+    /// varint of up to 8 bytes (56 bits: every size, time and address delta
+    /// a real log holds) is found and assembled with a few word operations
+    /// instead of a loop per byte; longer ones and the buffer's tail take
+    /// the loop, which checks every byte.
+    #[inline]
     fn varint_long(&mut self) -> Result<u64, DecodeError> {
-        let rest = &self.buf[self.pos.min(self.buf.len())..];
+        if let Some(word) = self.buf.get(self.pos..self.pos + 8) {
+            let w = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+            // A clear high bit ends the varint: the lowest one says its length.
+            let stops = !w & 0x8080_8080_8080_8080;
+            if stops != 0 {
+                let bits = stops.trailing_zeros() + 1; // 8 x length
+                let mut x = if bits >= 64 { w } else { w & ((1u64 << bits) - 1) };
+                // Pack the 7-bit groups: pairs, then quads, then the halves.
+                x &= 0x7f7f_7f7f_7f7f_7f7f;
+                x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
+                x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
+                x = (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4);
+                let n = (bits / 8) as usize;
+                // Within the cursor's bytes (else the loop says it is cut).
+                if n <= self.end - self.pos {
+                    self.pos += n;
+                    return Ok(x);
+                }
+            }
+        }
+        self.varint_loop()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn varint_loop(&mut self) -> Result<u64, DecodeError> {
+        let rest = &self.buf[self.pos.min(self.end)..self.end];
         let mut v: u64 = 0;
         for (i, &b) in rest.iter().take(10).enumerate() {
             if i == 9 && b > 1 {
@@ -216,7 +257,7 @@ impl<'a> Cursor<'a> {
     pub fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
         let len = self.varint()?;
         let len = usize::try_from(len).map_err(|_| self.err("length too large"))?;
-        if len > self.buf.len() - self.pos {
+        if len > self.end - self.pos {
             return Err(self.err("length runs past the end of the frame"));
         }
         let b = &self.buf[self.pos..self.pos + len];
@@ -232,22 +273,30 @@ impl<'a> Cursor<'a> {
     /// Bytes not read yet.
     #[inline]
     pub fn remaining(&self) -> usize {
-        self.buf.len().saturating_sub(self.pos)
+        self.end.saturating_sub(self.pos)
     }
 
     /// Splits off the next `n` bytes as a cursor of their own (a record's
     /// body), keeping file offsets.
     #[inline]
     pub fn take(&mut self, n: usize) -> Result<Cursor<'a>, DecodeError> {
-        let at = self.offset();
-        let b = self.raw(n)?;
-        Ok(Cursor::new(b, at))
+        if n > self.end - self.pos {
+            return Err(self.err("unexpected end of data"));
+        }
+        let c = Cursor {
+            buf: self.buf,
+            end: self.pos + n,
+            pos: self.pos,
+            base: self.base,
+        };
+        self.pos += n;
+        Ok(c)
     }
 
     /// Reads `n` raw bytes.
     #[inline]
     pub fn raw(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
-        if n > self.buf.len() - self.pos {
+        if n > self.end - self.pos {
             return Err(self.err("unexpected end of data"));
         }
         let b = &self.buf[self.pos..self.pos + n];
@@ -288,6 +337,65 @@ mod tests {
         }
         assert_eq!(zigzag(-1), 1);
         assert_eq!(zigzag(1), 2);
+    }
+
+    #[test]
+    fn every_varint_length_decodes_alike_in_the_word_and_the_byte_paths() {
+        // Each length 1..=10 at each position near the end of the buffer,
+        // so both the 8-byte word path and the per-byte loop are taken.
+        let mut values = vec![0u64, 1, u64::MAX];
+        for bits in 1..64 {
+            values.push((1u64 << bits) - 1);
+            values.push(1u64 << bits);
+            values.push((1u64 << bits) | 0x5555_5555_5555_5555 >> (64 - bits));
+        }
+        for &v in &values {
+            for pad in 0..10 {
+                let mut out = Vec::new();
+                put_varint(&mut out, v);
+                let n = out.len();
+                out.extend(std::iter::repeat_n(0x7f, pad));
+                let mut c = Cursor::new(&out, 0);
+                assert_eq!(c.varint().unwrap(), v, "{v:#x} pad {pad}");
+                assert_eq!(c.offset(), n as u64, "{v:#x} pad {pad}");
+            }
+        }
+        // Truncated in the middle: an error, with 8 or more bytes left or not.
+        for len in 1..12 {
+            let bytes = vec![0x80u8; len];
+            let e = Cursor::new(&bytes, 0).varint().unwrap_err();
+            if len < 10 {
+                assert_eq!(e.what, "unexpected end of record");
+            } else {
+                assert_eq!(e.what, "varint overflows 64 bits");
+            }
+        }
+        // 10 bytes whose last carries more than bit 63.
+        let mut big = vec![0xffu8; 9];
+        big.push(0x02);
+        assert_eq!(
+            Cursor::new(&big, 0).varint().unwrap_err().what,
+            "varint overflows 64 bits"
+        );
+    }
+
+    #[test]
+    fn a_taken_cursor_never_reads_past_its_end() {
+        // A 3-byte varint whose body is cut after 2 bytes, followed by more
+        // bytes of the frame: the word path sees them, the cursor must not
+        // use them.
+        let mut bytes = vec![0x81u8, 0x82, 0x03];
+        bytes.extend([0u8; 16]);
+        let mut outer = Cursor::new(&bytes, 50);
+        let mut body = outer.take(2).unwrap();
+        let e = body.varint().unwrap_err();
+        assert_eq!((e.what, e.offset), ("unexpected end of record", 50));
+        let mut whole = Cursor::new(&bytes, 50).take(3).unwrap();
+        assert_eq!(whole.varint().unwrap(), 1 | 2 << 7 | 3 << 14);
+        assert!(whole.is_empty() && whole.remaining() == 0);
+        assert!(whole.u8().is_err() && whole.raw(1).is_err() && whole.take(1).is_err());
+        assert_eq!(outer.offset(), 52);
+        assert_eq!(outer.varint().unwrap(), 3);
     }
 
     #[test]

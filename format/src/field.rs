@@ -83,7 +83,7 @@ fn put_delta(prev: &mut u64, v: u64, out: &mut impl Sink) {
 }
 
 /// Reads a zigzag varint difference from `*prev`, and remembers the value.
-#[inline]
+#[inline(always)]
 fn get_delta(prev: &mut u64, c: &mut Cursor<'_>) -> Result<u64, DecodeError> {
     *prev = prev.wrapping_add(c.svarint()? as u64);
     Ok(*prev)

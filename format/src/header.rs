@@ -23,6 +23,12 @@ pub const MAX_MODULES: u64 = 65536;
 /// Fixed part: magic, version, compat, body length, body CRC.
 pub(crate) const FIXED_LEN: usize = 8 + 2 + 2 + 4 + 4;
 
+/// The header's "fingerprint full" value this version writes: full
+/// fingerprints are XXH3-64 of every byte. Logs of earlier versions wrote 1,
+/// for a different full hash: full-fingerprint hashes compare only between
+/// logs with the same value (`docs/FORMAT.md`).
+pub const FINGERPRINT_FULL_XXH3: u64 = 2;
+
 /// Settings the writing process ran with.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LogSettings {
@@ -35,6 +41,8 @@ pub struct LogSettings {
     /// Tracked blocks of at least this size were fingerprinted.
     pub fingerprint_min: u64,
     /// Fingerprints hash the whole content (otherwise sampled blocks).
+    /// Written as [`FINGERPRINT_FULL_XXH3`]; any value but 0 reads as full
+    /// (1: a log of an earlier heaptag, whose full hash was another).
     pub fingerprint_full: bool,
     /// Maximum frames per call stack (0: stacks off).
     pub stack_depth: u32,
@@ -101,7 +109,7 @@ impl Header {
             s.sample_rate,
             s.interval_ns,
             s.fingerprint_min,
-            u64::from(s.fingerprint_full),
+            if s.fingerprint_full { FINGERPRINT_FULL_XXH3 } else { 0 },
             u64::from(s.stack_depth),
             s.buffer_events,
             u64::from(s.unprefixed_jemalloc),
@@ -228,5 +236,58 @@ impl Header {
         })()
         .map_err(ReadError::BadHeader)?;
         Ok(h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn body_and_back(full: bool) -> (Vec<u8>, Header) {
+        let h = Header {
+            version: crate::VERSION,
+            settings: LogSettings {
+                fingerprint_full: full,
+                ..LogSettings::default()
+            },
+            ..Header::default()
+        };
+        let mut bytes = Vec::new();
+        h.encode(&mut bytes);
+        let (version, len, crc) = Header::parse_fixed(bytes[..FIXED_LEN].try_into().unwrap()).unwrap();
+        let back = Header::decode_body(version, &bytes[FIXED_LEN..FIXED_LEN + len], crc).unwrap();
+        (bytes, back)
+    }
+
+    #[test]
+    fn full_fingerprints_are_recorded_as_xxh3_and_earlier_full_logs_still_read_as_full() {
+        let (with, back) = body_and_back(true);
+        assert!(back.settings.fingerprint_full);
+        let (without, back) = body_and_back(false);
+        assert!(!back.settings.fingerprint_full);
+        // The two bodies differ in one byte: the setting, 2 against 0.
+        let diff: Vec<(u8, u8)> = with
+            .iter()
+            .zip(&without)
+            .filter(|(a, b)| a != b)
+            .map(|(a, b)| (*a, *b))
+            .collect();
+        assert!(diff.contains(&(FINGERPRINT_FULL_XXH3 as u8, 0)), "{diff:?}");
+        // A body with 1 there (an earlier heaptag's full log) reads as full.
+        let (version, len, _) = Header::parse_fixed(with[..FIXED_LEN].try_into().unwrap()).unwrap();
+        let mut body = with[FIXED_LEN..FIXED_LEN + len].to_vec();
+        let at = with[FIXED_LEN..]
+            .iter()
+            .zip(&without[FIXED_LEN..])
+            .position(|(a, b)| a != b)
+            .unwrap();
+        body[at] = 1;
+        let crc = crc32fast::hash(&body);
+        assert!(
+            Header::decode_body(version, &body, crc)
+                .unwrap()
+                .settings
+                .fingerprint_full
+        );
     }
 }

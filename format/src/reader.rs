@@ -14,7 +14,7 @@ use crate::crc;
 use crate::field::Deltas;
 use crate::frame::{FRAME_HEADER_LEN, FRAME_HEADER_LEN_V1, MAX_FRAME, SYNC};
 use crate::header::FIXED_LEN;
-use crate::record::{Decoded, Kind, Record};
+use crate::record::{Kind, Record};
 use crate::{DecodeError, Header, ReadError};
 
 /// What went wrong in the body of a log (the header was fine).
@@ -599,17 +599,52 @@ fn find_sync(b: &[u8]) -> Option<usize> {
     None
 }
 
+impl<R: Read> LogReader<R> {
+    /// A record inside a checksummed frame did not decode: the rest of the
+    /// frame is skipped and reported.
+    #[cold]
+    #[inline(never)]
+    fn bad_record(&mut self, e: DecodeError) {
+        let rest = (self.frame_len - self.pos) as u64;
+        self.pos = self.frame_len;
+        self.problem(e.offset, ProblemKind::BadRecord(e.what), rest);
+    }
+
+    /// The current frame is used up: makes the next intact one current;
+    /// false at the end of the log (once there, always).
+    #[inline(never)]
+    fn advance(&mut self) -> bool {
+        if self.done || !self.next_frame() {
+            if !self.done {
+                let (records, offset, bytes) = self.after_end;
+                if records > 0 {
+                    self.problem(offset, ProblemKind::AfterEnd { records }, bytes);
+                }
+            }
+            self.done = true;
+            self.frame_len = 0;
+            self.pos = 0;
+            return false;
+        }
+        true
+    }
+}
+
 impl<R: Read> Iterator for LogReader<R> {
     type Item = Record;
 
+    /// Small and inlined into the caller's loop (the record is built where
+    /// it is used instead of being copied out through the return slot);
+    /// frame changes and damage are out of line.
+    #[inline(always)]
     fn next(&mut self) -> Option<Record> {
         loop {
             if self.pos < self.frame_len {
                 let base = self.frame_base + self.pos as u64;
                 let at = (self.frame_base - self.win.base) as usize;
                 let mut c = Cursor::new(&self.win.buf[at + self.pos..at + self.frame_len], base);
-                match Record::decode(&mut self.deltas, &mut c, self.header.version) {
-                    Ok(Decoded::Record(r)) => {
+                match Record::decode_known(&mut self.deltas, &mut c, self.header.version) {
+                    Ok(Some(r)) => {
                         let used = c.offset() - base;
                         self.pos += used as usize;
                         if self.ended {
@@ -622,29 +657,16 @@ impl<R: Read> Iterator for LogReader<R> {
                         self.last_record = base;
                         return Some(r);
                     }
-                    Ok(Decoded::Unknown { .. }) => {
+                    Ok(None) => {
                         self.pos += (c.offset() - base) as usize;
                         self.unknown += 1;
                         continue;
                     }
-                    Err(e) => {
-                        let rest = (self.frame_len - self.pos) as u64;
-                        // (rare: damage inside a checksummed frame)
-                        self.pos = self.frame_len;
-                        self.problem(e.offset, ProblemKind::BadRecord(e.what), rest);
-                    }
+                    // (rare: damage inside a checksummed frame)
+                    Err(e) => self.bad_record(e),
                 }
             }
-            if self.done || !self.next_frame() {
-                if !self.done {
-                    let (records, offset, bytes) = self.after_end;
-                    if records > 0 {
-                        self.problem(offset, ProblemKind::AfterEnd { records }, bytes);
-                    }
-                }
-                self.done = true;
-                self.frame_len = 0;
-                self.pos = 0;
+            if !self.advance() {
                 return None;
             }
         }

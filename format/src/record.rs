@@ -504,6 +504,37 @@ impl Record {
         })
     }
 
+    /// As [`Record::decode`], with `Ok(None)` for a kind this version does
+    /// not know (skipped by its length): the reader's loop, where the record
+    /// goes straight to its caller without a wrapper to copy it out of.
+    #[inline(always)]
+    pub(crate) fn decode_known(
+        d: &mut Deltas,
+        c: &mut Cursor<'_>,
+        version: u16,
+    ) -> Result<Option<Record>, DecodeError> {
+        let at = c.offset();
+        let code = c.u8()?;
+        if version < 2 {
+            return match Record::decode_body(code, d, c)? {
+                Some(r) => Ok(Some(r)),
+                None => Err(DecodeError {
+                    offset: at,
+                    what: "unknown record kind",
+                }),
+            };
+        }
+        let len = usize::try_from(c.varint()?).unwrap_or(usize::MAX);
+        if len > c.remaining() {
+            return Err(DecodeError {
+                offset: at,
+                what: "record length runs past the end of the frame",
+            });
+        }
+        let mut body = c.take(len)?;
+        Record::decode_body(code, d, &mut body)
+    }
+
     /// True for the records that describe one allocator event (the ones the
     /// bytes-per-event figure counts).
     #[inline]

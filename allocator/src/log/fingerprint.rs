@@ -2,11 +2,13 @@
 //!
 //! The same call site legitimately allocates distinct per-partition data, so
 //! site and size cannot tell a duplicate from a sibling; byte-identical
-//! content can. A fingerprint is the length plus a 64-bit hash of 64 blocks
-//! of 64 bytes spread evenly over the buffer (4 KiB read, whatever its size),
-//! or of every byte when full hashing is on. Blocks whose every byte read is
-//! the same value (a fresh `vec![0; n]`) are flagged as zero or constant
-//! filled, and are never reported as duplicates.
+//! content can. A sampled fingerprint is the length plus a 64-bit hash of 64
+//! blocks of 64 bytes spread evenly over the buffer (4 KiB read, whatever its
+//! size). A full one (`HEAPTAG_FINGERPRINT_FULL=1`) is XXH3-64 of every byte
+//! (the `xxhash-rust` crate: a well-studied hash, SIMD on x86_64, no
+//! allocation), the algorithm the log's header names (`docs/FORMAT.md`).
+//! Blocks whose every byte read is the same value (a fresh `vec![0; n]`) are
+//! flagged as zero or constant filled, and are never reported as duplicates.
 
 use heaptag_format::Fill;
 
@@ -59,8 +61,109 @@ unsafe fn load(p: *const u8) -> u64 {
     }
 }
 
+/// Reads one byte of a live block (as [`load`]: whatever the memory holds).
+///
+/// # Safety
+/// `p` must be inside a live allocation.
+#[inline]
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn load_u8(p: *const u8) -> u8 {
+    #[cfg(target_arch = "aarch64")]
+    {
+        let v: u32;
+        // SAFETY: the caller guarantees a readable byte at `p`.
+        unsafe { std::arch::asm!("ldrb {v:w}, [{p}]", p = in(reg) p, v = out(reg) v, options(nostack, readonly)) };
+        v as u8
+    }
+    #[cfg(not(target_arch = "aarch64"))]
+    {
+        // SAFETY: the caller guarantees a readable byte at `p`.
+        unsafe { std::ptr::read_volatile(p) }
+    }
+}
+
+/// Copies `dst.len()` bytes of a live block at `src` into `dst`, with loads
+/// the compiler cannot see into (as [`load`]: bytes the program never wrote
+/// are copied as whatever the memory holds), so `dst` is ordinary initialized
+/// memory a safe hash function can read.
+///
+/// # Safety
+/// `src..src+dst.len()` must be inside a live allocation.
+#[inline]
+unsafe fn copy_out(src: *const u8, dst: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // SAFETY: the caller guarantees `dst.len()` readable bytes at `src`;
+        // `dst` is that many writable bytes; `rep movsb` (fast strings on
+        // every x86_64 since Ivy Bridge) copies exactly them, forward (the
+        // direction flag is clear at every Rust function boundary).
+        unsafe {
+            std::arch::asm!("rep movsb",
+                inout("rcx") dst.len() => _, inout("rsi") src => _, inout("rdi") dst.as_mut_ptr() => _,
+                options(nostack, preserves_flags))
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let words = dst.len() / 8;
+        for (i, w) in dst.chunks_exact_mut(8).enumerate() {
+            // SAFETY: `i * 8 + 8 <= dst.len()`.
+            w.copy_from_slice(&unsafe { load(src.add(i * 8)) }.to_ne_bytes());
+        }
+        for i in words * 8..dst.len() {
+            // SAFETY: `i < dst.len()`.
+            dst[i] = unsafe { load_u8(src.add(i)) };
+        }
+    }
+}
+
+/// Bytes copied and hashed at a time by [`full`]: a chunk on the stack stays
+/// in L1 between the copy, the fill check and the hash. Measured on blocks
+/// out of cache: 2 KiB keeps the copy within the memory's own read time;
+/// 4 KiB and more are twice as slow (the copy's source and the stack buffer
+/// alias in the L1's 4 KiB index), 512 bytes pays the per-call costs.
+const FULL_CHUNK: usize = 2048;
+
+/// XXH3-64 of every byte of the live block `p..p+size`, and its fill.
+///
+/// # Safety
+/// `p..p+size` must be inside a live allocation.
+unsafe fn full(p: *const u8, size: usize) -> Fingerprint {
+    let mut h = xxhash_rust::xxh3::Xxh3Default::new();
+    let mut buf = [0u8; FULL_CHUNK];
+    // The first byte, and whether every byte so far equals it.
+    let mut first: Option<u8> = None;
+    let mut uniform = true;
+    let mut off = 0;
+    while off < size {
+        let n = (size - off).min(FULL_CHUNK);
+        let chunk = &mut buf[..n];
+        // SAFETY: `off + n <= size`: inside the block.
+        unsafe { copy_out(p.add(off), chunk) };
+        if uniform {
+            let b = *first.get_or_insert(chunk.first().copied().unwrap_or(0));
+            // Word-wide compare (vectorized); most blocks differ in the first.
+            let pat = u64::from_ne_bytes([b; 8]);
+            let mut words = chunk.chunks_exact(8);
+            let diff = words.by_ref().fold(0u64, |acc, w| {
+                acc | (u64::from_ne_bytes(w.try_into().unwrap_or([b; 8])) ^ pat)
+            });
+            uniform = diff == 0 && words.remainder().iter().all(|&x| x == b);
+        }
+        h.update(chunk);
+        off += n;
+    }
+    let fill = match (uniform, first) {
+        (true, None) | (true, Some(0)) => Fill::Zero,
+        (true, Some(b)) => Fill::Constant(b),
+        _ => Fill::Mixed,
+    };
+    Fingerprint { hash: h.digest(), fill }
+}
+
 /// Four independent lanes, so the multiplies of consecutive words overlap
-/// (about 4x the throughput of one chain; it matters for full hashing).
+/// (about 4x the throughput of one chain). Sampled fingerprints only; full
+/// ones were this hash over every word before XXH3.
 struct Hasher {
     lanes: [u64; 4],
     /// The first byte seen, repeated in every byte of a word.
@@ -153,11 +256,15 @@ impl Hasher {
 /// `p..p+size` must be a live allocation that no one frees during the call
 /// (the caller holds the block's table shard, or is freeing it itself).
 pub(crate) unsafe fn fingerprint(p: *const u8, size: usize, full: bool) -> Fingerprint {
+    if full {
+        // SAFETY: the caller's guarantee.
+        return unsafe { self::full(p, size) };
+    }
     let mut h = Hasher::new(size);
     if size < 8 {
         return h.finish();
     }
-    if full || size <= BLOCKS * BLOCK {
+    if size <= BLOCKS * BLOCK {
         // SAFETY: the whole block, per the caller's guarantee.
         unsafe { h.range(p, size) };
         return h.finish();
@@ -191,6 +298,99 @@ mod tests {
         assert_ne!(fp(&a, false).hash, fp(&c, false).hash, "the first block is always read");
         assert_eq!(fp(&a, false).fill, Fill::Mixed);
         assert_ne!(fp(&a, true).hash, fp(&a[1..], true).hash, "length is hashed");
+    }
+
+    #[test]
+    fn full_fingerprints_are_xxh3_of_every_byte() {
+        // Against the crate's one-shot function on the same bytes, across
+        // chunk boundaries and odd lengths.
+        for len in [0usize, 1, 7, 8, 9, 4095, 8191, 8192, 8193, 3 * 8192 + 5, 1 << 20] {
+            let v: Vec<u8> = (0..len as u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8)
+                .collect();
+            assert_eq!(fp(&v, true).hash, xxhash_rust::xxh3::xxh3_64(&v), "len {len}");
+        }
+        let a: Vec<u8> = (0..100_000u32).map(|i| (i * 7 + i / 13) as u8).collect();
+        let mut b = a.clone();
+        b[99_999] ^= 1;
+        assert_ne!(fp(&a, true).hash, fp(&b, true).hash, "the last byte counts");
+        assert_eq!(fp(&a, true).fill, Fill::Mixed);
+    }
+
+    #[test]
+    fn full_fill_sees_one_different_byte_anywhere() {
+        for at in [0usize, 1, 8191, 8192, 20_000, (1 << 20) - 1] {
+            let mut v = vec![0u8; 1 << 20];
+            v[at] = 3;
+            assert_eq!(fp(&v, true).fill, Fill::Mixed, "at {at}");
+        }
+        let mut odd = vec![9u8; 8192 * 2 + 3];
+        assert_eq!(fp(&odd, true).fill, Fill::Constant(9));
+        *odd.last_mut().unwrap() = 8;
+        assert_eq!(fp(&odd, true).fill, Fill::Mixed, "the tail after the last word");
+        assert_eq!(fp(&[], true).fill, Fill::Zero);
+    }
+
+    /// CPU seconds per GiB of full fingerprints, the earlier algorithm (the
+    /// four-lane multiply hash over every word, what full hashing was before
+    /// XXH3) against XXH3, interleaved, over one 256 MiB buffer (out of
+    /// cache, as a large block at its free) and a 256 KiB one hashed 1,024
+    /// times (in cache: the hash's own cost), with the floor of merely
+    /// reading the bytes (a sum of their words). Prints, asserts nothing on
+    /// time: `cargo test --release -p heaptag-alloc --lib -- --ignored
+    /// --nocapture full_fingerprint_speed`.
+    #[test]
+    #[ignore]
+    fn full_fingerprint_speed() {
+        // This thread's CPU time (the shared machine's load does not count).
+        let cpu = || {
+            let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: `t` is a valid timespec to write.
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+            t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+        };
+        for (len, reps) in [(256usize << 20, 1), (256 << 10, 1024)] {
+            let v: Vec<u8> = (0..len)
+                .map(|i| (i as u32).wrapping_mul(2_654_435_761).rotate_left(13) as u8)
+                .collect();
+            let gib = (len * reps) as f64 / f64::from(1u32 << 30);
+            let (mut old, mut new, mut read) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..5 {
+                let t = cpu();
+                for _ in 0..reps {
+                    let mut h = Hasher::new(len);
+                    // SAFETY: `v` is live for the call.
+                    unsafe { h.range(v.as_ptr(), len) };
+                    std::hint::black_box(h.finish());
+                }
+                old.push((cpu() - t) / gib);
+                let t = cpu();
+                for _ in 0..reps {
+                    std::hint::black_box(fp(&v, true));
+                }
+                new.push((cpu() - t) / gib);
+                let t = cpu();
+                for _ in 0..reps {
+                    let sum = v.chunks_exact(8).fold(0u64, |a, w| {
+                        a.wrapping_add(u64::from_ne_bytes(w.try_into().unwrap_or_default()))
+                    });
+                    std::hint::black_box(sum);
+                }
+                read.push((cpu() - t) / gib);
+            }
+            for m in [&mut old, &mut new, &mut read] {
+                m.sort_by(f64::total_cmp);
+            }
+            println!(
+                "full fingerprints, CPU s/GiB (median of 5, {} KiB x {reps}): four-lane multiply {:.4}, xxh3 {:.4} \
+                 (old / new {:.2}x), reading alone {:.4}",
+                len >> 10,
+                old[2],
+                new[2],
+                old[2] / new[2],
+                read[2]
+            );
+        }
     }
 
     #[test]
