@@ -6,11 +6,12 @@
 //! - every allocation: `alloc_bytes`/`alloc_count` of the current tag, in the
 //!   calling thread's slot (no shared cache line, no locked instruction);
 //! - blocks `>= threshold`: an entry in the side table, exact per-tag live;
-//! - smaller blocks whose address hashes into the sample: an entry too, for
-//!   the per-tag live estimate;
-//! - every free: the size from the `Layout` decides "tracked?", the address
-//!   hash decides "sampled?"; only those touch the table, and the free is
-//!   charged to the tag stored at allocation, whichever thread frees;
+//! - smaller blocks that cross the thread's next sample point (a countdown
+//!   of bytes, `sampling.rs`): an entry too, for the per-tag live estimate;
+//! - every free: the size from the `Layout` decides "tracked?", the free-side
+//!   filter of sampled addresses decides "maybe sampled?"; only those touch
+//!   the table, and the free is charged to the tag stored at allocation,
+//!   whichever thread frees;
 //! - every realloc: a free of the old block (as above) and an allocation of
 //!   the new one under the reallocating thread's tag, in every mode.
 //!
@@ -161,7 +162,7 @@ impl<A: GlobalAlloc> Alloc<A> {
     #[inline(never)]
     unsafe fn dealloc_counted(&self, ptr: *mut u8, layout: Layout) {
         let size = layout.size();
-        if is_recorded(ptr as usize, size) {
+        if may_be_recorded(ptr as usize, size) {
             // SAFETY: our caller's guarantees, passed on.
             return unsafe { self.dealloc_recorded(ptr, layout) };
         }
@@ -271,7 +272,7 @@ impl<A: GlobalAlloc> Alloc<A> {
     unsafe fn realloc_counted(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let old_size = layout.size();
         let addr = ptr as usize;
-        let old_entry = if is_recorded(addr, old_size) {
+        let old_entry = if may_be_recorded(addr, old_size) {
             table::remove(addr)
         } else {
             None
@@ -326,7 +327,7 @@ impl<A: GlobalAlloc> Alloc<A> {
             None => untracked_free(old_size),
         }
         thread::count_pair(tag, None, new_size as u64);
-        if is_recorded(new as usize, new_size) {
+        if new_size >= HOT.threshold.load(Ordering::Relaxed) || thread::sample(new as usize, new_size as u64) {
             let recorded = record(new as usize, new_size, tag, thread, old_entry, !stays_tracked);
             if let (true, true, Some(e)) = (recorded && logging, stays_tracked, old_entry) {
                 emit_realloc(addr, &e, tag, new as usize, new_size as u64);
@@ -411,10 +412,12 @@ fn realloc_untracked(new: *mut u8, old_size: usize, new_size: usize) -> *mut u8 
     new
 }
 
-/// True when a block of this size at this address has (or should have) a record.
+/// False when a block of this size at this address being freed surely has
+/// no record: it is small and no sampled block shares its filter granule
+/// (`sampling.rs`). True sends the free to the table, which has the last word.
 #[inline(always)]
-fn is_recorded(addr: usize, size: usize) -> bool {
-    size >= HOT.threshold.load(Ordering::Relaxed) || sampling::is_sampled(addr, size)
+fn may_be_recorded(addr: usize, size: usize) -> bool {
+    size >= HOT.threshold.load(Ordering::Relaxed) || sampling::may_be_sampled(addr)
 }
 
 #[inline(always)]
@@ -423,8 +426,8 @@ fn on_alloc(p: *mut u8, size: usize) {
         ALLOC_FAILURES.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    thread::count_alloc(size as u64);
-    if is_recorded(p as usize, size) {
+    let sampled = thread::count_alloc_sampled(p as usize, size as u64);
+    if sampled || size >= HOT.threshold.load(Ordering::Relaxed) {
         let (tag, thread) = thread::charged();
         record(p as usize, size, tag, thread, None, true);
     }
@@ -439,7 +442,7 @@ fn untracked_free(size: usize) {
     thread::count_small_free(size as u64);
 }
 
-/// Records a block that `is_recorded`: tracked exactly or sampled; queues
+/// Records a block that is tracked exactly (by its size) or sampled; queues
 /// its event when logging and `event`. `birth` carries time and stack over
 /// from the block a realloc replaced. Returns whether it was recorded.
 #[cold]
