@@ -102,9 +102,11 @@ impl<A> Alloc<A> {
 
 impl<A: GlobalAlloc> Alloc<A> {
     /// `alloc` (`ZEROED = false`) or `alloc_zeroed` (`true`): when switched
-    /// off, a load, a branch and a jump to the inner allocator; otherwise
-    /// `alloc_counted`. ZEROED is a compile-time choice: two copies, no branch
-    /// per call.
+    /// off, a load, a branch and a jump to the inner allocator; with tracking
+    /// on, the inner call and `on_alloc`'s counts and tests, inline (a call
+    /// out only for a tracked or sampled block); before start-up is done,
+    /// `alloc_uninit`. ZEROED is a compile-time choice: two copies, no
+    /// branch per call.
     ///
     /// # Safety
     /// As `GlobalAlloc::alloc`.
@@ -117,8 +119,14 @@ impl<A: GlobalAlloc> Alloc<A> {
             // SAFETY: forwarded from our caller unchanged.
             return unsafe { self.inner_alloc::<ZEROED>(layout) };
         }
+        if mode != ON {
+            // SAFETY: forwarded from our caller unchanged.
+            return unsafe { self.alloc_uninit::<ZEROED>(layout) };
+        }
         // SAFETY: forwarded from our caller unchanged.
-        unsafe { self.alloc_counted::<ZEROED>(layout, mode) }
+        let p = unsafe { self.inner_alloc::<ZEROED>(layout) };
+        on_alloc(p, layout.size());
+        p
     }
 
     /// The inner allocator's `alloc` or `alloc_zeroed`.
@@ -136,30 +144,26 @@ impl<A: GlobalAlloc> Alloc<A> {
         }
     }
 
-    /// `alloc` with tracking on (or not yet initialised). Kept out of line so
-    /// the switched-off path of `alloc` is a load, a branch and a jump, with
-    /// no stack frame.
+    /// `alloc` before start-up is done (the first call runs it).
     ///
     /// # Safety
     /// As `GlobalAlloc::alloc`.
+    #[cold]
     #[inline(never)]
-    unsafe fn alloc_counted<const ZEROED: bool>(&self, layout: Layout, mode: u8) -> *mut u8 {
+    unsafe fn alloc_uninit<const ZEROED: bool>(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded from our caller unchanged.
         let p = unsafe { self.inner_alloc::<ZEROED>(layout) };
-        if mode == ON {
-            on_alloc(p, layout.size());
-        } else {
-            self.on_alloc_uninit(p, layout.size());
-        }
+        self.on_alloc_uninit(p, layout.size());
         p
     }
 
-    /// `dealloc` with tracking on: an unrecorded block is counted and freed
-    /// (a tail call); a recorded one goes to `dealloc_recorded`.
+    /// `dealloc` with tracking on (or not yet initialised): an unrecorded
+    /// block is counted and freed (a tail call); a recorded one goes to
+    /// `dealloc_recorded`.
     ///
     /// # Safety
     /// As `GlobalAlloc::dealloc`.
-    #[inline(never)]
+    #[inline(always)]
     unsafe fn dealloc_counted(&self, ptr: *mut u8, layout: Layout) {
         let size = layout.size();
         if may_be_recorded(ptr as usize, size) {
@@ -420,17 +424,31 @@ fn may_be_recorded(addr: usize, size: usize) -> bool {
     size >= HOT.threshold.load(Ordering::Relaxed) || sampling::may_be_sampled(addr)
 }
 
+/// Counts a new block (`p`, `size` bytes; null: a failed allocation) and
+/// records it if it is tracked or sampled: inline in every allocation.
 #[inline(always)]
 fn on_alloc(p: *mut u8, size: usize) {
     if p.is_null() {
-        ALLOC_FAILURES.fetch_add(1, Ordering::Relaxed);
-        return;
+        return alloc_failed();
     }
     let sampled = thread::count_alloc_sampled(p as usize, size as u64);
     if sampled || size >= HOT.threshold.load(Ordering::Relaxed) {
-        let (tag, thread) = thread::charged();
-        record(p as usize, size, tag, thread, None, true);
+        record_new(p as usize, size);
     }
+}
+
+#[cold]
+#[inline(never)]
+fn alloc_failed() {
+    ALLOC_FAILURES.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A new block to record (tracked or sampled), under the thread's tag.
+#[cold]
+#[inline(never)]
+fn record_new(addr: usize, size: usize) {
+    let (tag, thread) = thread::charged();
+    record(addr, size, tag, thread, None, true);
 }
 
 /// Counts the free of a block without a record.

@@ -233,13 +233,10 @@ mod tests {
         assert_eq!(rate, 512 * 1024, "the default rate (no test changes it)");
         for size in [16u64, 4096, 60_000] {
             let n = 1_000_000usize;
-            let hits = std::thread::spawn(move || {
-                (0..n)
-                    .filter(|_| crate::thread::sample(0x7f00_0000_1000, size))
-                    .count()
-            })
-            .join()
-            .unwrap();
+            let hits =
+                std::thread::spawn(move || (0..n).filter(|_| crate::thread::sample(0x7f00_0000_1000, size)).count())
+                    .join()
+                    .unwrap();
             let p = probability(size, rate);
             let expect = n as f64 * p;
             let sd = (n as f64 * p * (1.0 - p)).sqrt();
