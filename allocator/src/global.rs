@@ -102,11 +102,9 @@ impl<A> Alloc<A> {
 
 impl<A: GlobalAlloc> Alloc<A> {
     /// `alloc` (`ZEROED = false`) or `alloc_zeroed` (`true`): when switched
-    /// off, a load, a branch and a jump to the inner allocator; with tracking
-    /// on, the inner call and `on_alloc`'s counts and tests, inline (a call
-    /// out only for a tracked or sampled block); before start-up is done,
-    /// `alloc_uninit`. ZEROED is a compile-time choice: two copies, no
-    /// branch per call.
+    /// off, a load, a branch and a jump to the inner allocator; otherwise a
+    /// jump to `alloc_counted`. ZEROED is a compile-time choice: two copies,
+    /// no branch per call.
     ///
     /// # Safety
     /// As `GlobalAlloc::alloc`.
@@ -119,6 +117,20 @@ impl<A: GlobalAlloc> Alloc<A> {
             // SAFETY: forwarded from our caller unchanged.
             return unsafe { self.inner_alloc::<ZEROED>(layout) };
         }
+        // SAFETY: forwarded from our caller unchanged.
+        unsafe { self.alloc_counted::<ZEROED>(layout, mode) }
+    }
+
+    /// `alloc` with tracking on: the inner call and `on_alloc`'s counts and
+    /// tests (a call out only for a tracked or sampled block); before
+    /// start-up is done, `alloc_uninit`. Out of line so that the switched-off
+    /// path of `alloc` needs no stack frame (this one saves the size across
+    /// the inner call).
+    ///
+    /// # Safety
+    /// As `GlobalAlloc::alloc`.
+    #[inline(never)]
+    unsafe fn alloc_counted<const ZEROED: bool>(&self, layout: Layout, mode: u8) -> *mut u8 {
         if mode != ON {
             // SAFETY: forwarded from our caller unchanged.
             return unsafe { self.alloc_uninit::<ZEROED>(layout) };
@@ -159,20 +171,38 @@ impl<A: GlobalAlloc> Alloc<A> {
 
     /// `dealloc` with tracking on (or not yet initialised): an unrecorded
     /// block is counted and freed (a tail call); a recorded one goes to
-    /// `dealloc_recorded`.
+    /// `dealloc_recorded`. Out of line (no frame: every way out is a tail
+    /// call), so that `dealloc` stays small enough to inline into callers.
     ///
     /// # Safety
     /// As `GlobalAlloc::dealloc`.
-    #[inline(always)]
+    #[inline(never)]
     unsafe fn dealloc_counted(&self, ptr: *mut u8, layout: Layout) {
         let size = layout.size();
         if may_be_recorded(ptr as usize, size) {
             // SAFETY: our caller's guarantees, passed on.
             return unsafe { self.dealloc_recorded(ptr, layout) };
         }
-        thread::count_small_free(size as u64);
+        if !thread::count_small_free_owned(size as u64) {
+            // SAFETY: our caller's guarantees, passed on.
+            return unsafe { self.dealloc_shared_slot(ptr, layout) };
+        }
         // SAFETY: forwarded from our caller: `ptr` was allocated by this
         // allocator (hence by `inner`) with `layout`.
+        unsafe { self.inner.dealloc(ptr, layout) }
+    }
+
+    /// An unrecorded free on a thread without a slot of its own: counted in
+    /// the shared slot, then freed. A tail call out of `dealloc_counted`, so
+    /// that its fast path needs no stack frame.
+    ///
+    /// # Safety
+    /// As `GlobalAlloc::dealloc`.
+    #[cold]
+    #[inline(never)]
+    unsafe fn dealloc_shared_slot(&self, ptr: *mut u8, layout: Layout) {
+        thread::count_small_free(layout.size() as u64);
+        // SAFETY: forwarded from our caller unchanged.
         unsafe { self.inner.dealloc(ptr, layout) }
     }
 

@@ -451,6 +451,27 @@ pub(crate) fn count_pair(tag: u32, pair: Option<Pair>, bytes: u64) {
     add(n, 1);
 }
 
+/// Counts the free of a block without a record in the calling thread's own
+/// slot; false (nothing counted) when it has none: then the caller counts
+/// with [`count_small_free`].
+#[inline(always)]
+pub(crate) fn count_small_free_owned(size: u64) -> bool {
+    STATE
+        .try_with(|s| {
+            let own = s.own.get();
+            if own.is_null() {
+                return false;
+            }
+            // SAFETY: a non-null `own` points into the static SLOTS array,
+            // and this thread is its only writer while it owns it.
+            let own = unsafe { &*own };
+            add_owned(&own.small_free_bytes, size);
+            add_owned(&own.small_free_count, 1);
+            true
+        })
+        .unwrap_or(false)
+}
+
 /// Counts the free of a block without a record (its tag is unknown).
 #[inline(always)]
 pub(crate) fn count_small_free(size: u64) {
