@@ -118,7 +118,7 @@ impl<A: GlobalAlloc> Alloc<A> {
             return unsafe { self.inner_alloc::<ZEROED>(layout) };
         }
         // SAFETY: forwarded from our caller unchanged.
-        unsafe { self.alloc_counted::<ZEROED>(layout, mode) }
+        unsafe { Self::alloc_counted::<ZEROED>(layout.size(), layout.align(), mode, self) }
     }
 
     /// `alloc` with tracking on: the inner call and `on_alloc`'s counts and
@@ -129,15 +129,26 @@ impl<A: GlobalAlloc> Alloc<A> {
     ///
     /// # Safety
     /// As `GlobalAlloc::alloc`.
+    /// Takes the layout as (size, align), the order of `__rust_alloc`'s
+    /// arguments, and `self` last, so the jump here moves no register.
     #[inline(never)]
-    unsafe fn alloc_counted<const ZEROED: bool>(&self, layout: Layout, mode: u8) -> *mut u8 {
+    unsafe fn alloc_counted<const ZEROED: bool>(size: usize, align: usize, mode: u8, this: &Self) -> *mut u8 {
+        // SAFETY: `size` and `align` came from a valid `Layout`.
+        let layout = unsafe { Layout::from_size_align_unchecked(size, align) };
         if mode != ON {
             // SAFETY: forwarded from our caller unchanged.
-            return unsafe { self.alloc_uninit::<ZEROED>(layout) };
+            return unsafe { this.alloc_uninit::<ZEROED>(layout) };
         }
         // SAFETY: forwarded from our caller unchanged.
-        let p = unsafe { self.inner_alloc::<ZEROED>(layout) };
-        on_alloc(p, layout.size());
+        let p = unsafe { this.inner_alloc::<ZEROED>(layout) };
+        if p.is_null() {
+            alloc_failed();
+            return p;
+        }
+        if thread::count_alloc_sampled(p as usize, size as u64) || size >= HOT.threshold.load(Ordering::Relaxed) {
+            // A tail call: nothing to keep across it.
+            return record_new(p, size);
+        }
         p
     }
 
@@ -176,20 +187,23 @@ impl<A: GlobalAlloc> Alloc<A> {
     ///
     /// # Safety
     /// As `GlobalAlloc::dealloc`.
+    /// Takes the layout as (size, align), the order of `__rust_dealloc`'s
+    /// arguments, and `self` last, so the jump here moves no register.
     #[inline(never)]
-    unsafe fn dealloc_counted(&self, ptr: *mut u8, layout: Layout) {
-        let size = layout.size();
+    unsafe fn dealloc_counted(ptr: *mut u8, size: usize, align: usize, this: &Self) {
+        // SAFETY: `size` and `align` came from a valid `Layout`.
+        let layout = unsafe { Layout::from_size_align_unchecked(size, align) };
         if may_be_recorded(ptr as usize, size) {
             // SAFETY: our caller's guarantees, passed on.
-            return unsafe { self.dealloc_recorded(ptr, layout) };
+            return unsafe { this.dealloc_recorded(ptr, layout) };
         }
         if !thread::count_small_free_owned(size as u64) {
             // SAFETY: our caller's guarantees, passed on.
-            return unsafe { self.dealloc_shared_slot(ptr, layout) };
+            return unsafe { this.dealloc_shared_slot(ptr, layout) };
         }
         // SAFETY: forwarded from our caller: `ptr` was allocated by this
         // allocator (hence by `inner`) with `layout`.
-        unsafe { self.inner.dealloc(ptr, layout) }
+        unsafe { this.inner.dealloc(ptr, layout) }
     }
 
     /// An unrecorded free on a thread without a slot of its own: counted in
@@ -275,7 +289,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
             return unsafe { self.inner.dealloc(ptr, layout) };
         }
         // SAFETY: forwarded from our caller unchanged.
-        unsafe { self.dealloc_counted(ptr, layout) }
+        unsafe { Self::dealloc_counted(ptr, layout.size(), layout.align(), self) }
     }
 
     #[inline]
@@ -463,7 +477,7 @@ fn on_alloc(p: *mut u8, size: usize) {
     }
     let sampled = thread::count_alloc_sampled(p as usize, size as u64);
     if sampled || size >= HOT.threshold.load(Ordering::Relaxed) {
-        record_new(p as usize, size);
+        record_new(p, size);
     }
 }
 
@@ -473,12 +487,14 @@ fn alloc_failed() {
     ALLOC_FAILURES.fetch_add(1, Ordering::Relaxed);
 }
 
-/// A new block to record (tracked or sampled), under the thread's tag.
+/// A new block to record (tracked or sampled), under the thread's tag;
+/// returns `p`.
 #[cold]
 #[inline(never)]
-fn record_new(addr: usize, size: usize) {
+fn record_new(p: *mut u8, size: usize) -> *mut u8 {
     let (tag, thread) = thread::charged();
-    record(addr, size, tag, thread, None, true);
+    record(p as usize, size, tag, thread, None, true);
+    p
 }
 
 /// Counts the free of a block without a record.
