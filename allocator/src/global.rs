@@ -145,8 +145,12 @@ impl<A: GlobalAlloc> Alloc<A> {
             alloc_failed();
             return p;
         }
-        if thread::count_alloc_sampled(p as usize, size as u64) || size >= HOT.threshold.load(Ordering::Relaxed) {
-            // A tail call: nothing to keep across it.
+        // Both ways out of line are tail calls: only the size is kept
+        // across the inner call.
+        if !thread::count_alloc_fast(size as u64) {
+            return alloc_slow(p, size);
+        }
+        if size >= HOT.threshold.load(Ordering::Relaxed) {
             return record_new(p, size);
         }
         p
@@ -475,10 +479,24 @@ fn on_alloc(p: *mut u8, size: usize) {
     if p.is_null() {
         return alloc_failed();
     }
-    let sampled = thread::count_alloc_sampled(p as usize, size as u64);
-    if sampled || size >= HOT.threshold.load(Ordering::Relaxed) {
+    if !thread::count_alloc_fast(size as u64) {
+        alloc_slow(p, size);
+    } else if size >= HOT.threshold.load(Ordering::Relaxed) {
         record_new(p, size);
     }
+}
+
+/// A new block `p` whose counting needs more than the fast path (a sample
+/// point crossed, or no counter of the thread's own): counts it if it was
+/// not counted, records it if sampled or tracked; returns `p`.
+#[cold]
+#[inline(never)]
+fn alloc_slow(p: *mut u8, size: usize) -> *mut u8 {
+    let sampled = thread::count_alloc_sampled_slow(p as usize, size as u64);
+    if sampled || size >= HOT.threshold.load(Ordering::Relaxed) {
+        return record_new(p, size);
+    }
+    p
 }
 
 #[cold]

@@ -339,14 +339,16 @@ pub(crate) fn count_alloc(size: u64) {
     }
 }
 
-/// Counts an allocation of `size` bytes at `addr` under the calling thread's
-/// tag, as [`count_alloc`], and returns whether the block is sampled (its
-/// bytes cross the thread's next sample point). The hot path of every
-/// allocation with tracking on: two adds to the thread's counter, one
-/// subtraction from its countdown, two tests.
+/// Counts an allocation of `size` bytes under the calling thread's tag and
+/// runs its sample countdown: true when that is all (not sampled); false
+/// when the caller must go on with [`count_alloc_sampled_slow`] (the
+/// countdown crossed a sample point, or the thread has no counter of its
+/// own and nothing was counted). The hot path of every allocation with
+/// tracking on: two adds to the thread's counter, one subtraction from its
+/// countdown, two tests.
 #[inline(always)]
-pub(crate) fn count_alloc_sampled(addr: usize, size: u64) -> bool {
-    let fast = STATE
+pub(crate) fn count_alloc_fast(size: u64) -> bool {
+    STATE
         .try_with(|s| {
             let c = s.counter.get();
             if c.is_null() {
@@ -360,18 +362,14 @@ pub(crate) fn count_alloc_sampled(addr: usize, size: u64) -> bool {
             s.sample_left.set(left);
             left >= 0
         })
-        .unwrap_or(false);
-    if fast {
-        return false;
-    }
-    count_alloc_sampled_slow(addr, size)
+        .unwrap_or(false)
 }
 
-/// Either the countdown crossed a sample point, or the thread has no counter
-/// of its own yet (first allocation, pool exhausted, torn down).
-#[cold]
-#[inline(never)]
-fn count_alloc_sampled_slow(addr: usize, size: u64) -> bool {
+/// After [`count_alloc_fast`] returned false for the block at `addr`: either
+/// the countdown crossed a sample point, or the thread has no counter of its
+/// own yet (first allocation, pool exhausted, torn down) and the block is
+/// counted here. Returns whether the block is sampled.
+pub(crate) fn count_alloc_sampled_slow(addr: usize, size: u64) -> bool {
     let own = STATE.try_with(|s| !s.counter.get().is_null()).unwrap_or(false);
     if !own {
         count_alloc_slow(size);
