@@ -6,11 +6,12 @@
 //! - every allocation: `alloc_bytes`/`alloc_count` of the current tag, in the
 //!   calling thread's slot (no shared cache line, no locked instruction);
 //! - blocks `>= threshold`: an entry in the side table, exact per-tag live;
-//! - smaller blocks whose address hashes into the sample: an entry too, for
-//!   the per-tag live estimate;
-//! - every free: the size from the `Layout` decides "tracked?", the address
-//!   hash decides "sampled?"; only those touch the table, and the free is
-//!   charged to the tag stored at allocation, whichever thread frees;
+//! - smaller blocks that cross the thread's next sample point (a countdown
+//!   of bytes, `sampling.rs`): an entry too, for the per-tag live estimate;
+//! - every free: the size from the `Layout` decides "tracked?", the free-side
+//!   filter of sampled addresses decides "maybe sampled?"; only those touch
+//!   the table, and the free is charged to the tag stored at allocation,
+//!   whichever thread frees;
 //! - every realloc: a free of the old block (as above) and an allocation of
 //!   the new one under the reallocating thread's tag, in every mode.
 //!
@@ -101,9 +102,9 @@ impl<A> Alloc<A> {
 
 impl<A: GlobalAlloc> Alloc<A> {
     /// `alloc` (`ZEROED = false`) or `alloc_zeroed` (`true`): when switched
-    /// off, a load, a branch and a jump to the inner allocator; otherwise
-    /// `alloc_counted`. ZEROED is a compile-time choice: two copies, no branch
-    /// per call.
+    /// off, a load, a branch and a jump to the inner allocator; otherwise a
+    /// jump to `alloc_counted`. ZEROED is a compile-time choice: two copies,
+    /// no branch per call.
     ///
     /// # Safety
     /// As `GlobalAlloc::alloc`.
@@ -117,7 +118,42 @@ impl<A: GlobalAlloc> Alloc<A> {
             return unsafe { self.inner_alloc::<ZEROED>(layout) };
         }
         // SAFETY: forwarded from our caller unchanged.
-        unsafe { self.alloc_counted::<ZEROED>(layout, mode) }
+        unsafe { Self::alloc_counted::<ZEROED>(layout.size(), layout.align(), mode, self) }
+    }
+
+    /// `alloc` with tracking on: the inner call and `on_alloc`'s counts and
+    /// tests (a call out only for a tracked or sampled block); before
+    /// start-up is done, `alloc_uninit`. Out of line so that the switched-off
+    /// path of `alloc` needs no stack frame (this one saves the size across
+    /// the inner call).
+    ///
+    /// # Safety
+    /// As `GlobalAlloc::alloc`.
+    /// Takes the layout as (size, align), the order of `__rust_alloc`'s
+    /// arguments, and `self` last, so the jump here moves no register.
+    #[inline(never)]
+    unsafe fn alloc_counted<const ZEROED: bool>(size: usize, align: usize, mode: u8, this: &Self) -> *mut u8 {
+        // SAFETY: `size` and `align` came from a valid `Layout`.
+        let layout = unsafe { Layout::from_size_align_unchecked(size, align) };
+        if mode != ON {
+            // SAFETY: forwarded from our caller unchanged.
+            return unsafe { this.alloc_uninit::<ZEROED>(layout) };
+        }
+        // SAFETY: forwarded from our caller unchanged.
+        let p = unsafe { this.inner_alloc::<ZEROED>(layout) };
+        if p.is_null() {
+            alloc_failed();
+            return p;
+        }
+        // Both ways out of line are tail calls: only the size is kept
+        // across the inner call.
+        if !thread::count_alloc_fast(size as u64) {
+            return alloc_slow(p, size);
+        }
+        if size >= HOT.threshold.load(Ordering::Relaxed) {
+            return record_new(p, size);
+        }
+        p
     }
 
     /// The inner allocator's `alloc` or `alloc_zeroed`.
@@ -135,39 +171,56 @@ impl<A: GlobalAlloc> Alloc<A> {
         }
     }
 
-    /// `alloc` with tracking on (or not yet initialised). Kept out of line so
-    /// the switched-off path of `alloc` is a load, a branch and a jump, with
-    /// no stack frame.
+    /// `alloc` before start-up is done (the first call runs it).
     ///
     /// # Safety
     /// As `GlobalAlloc::alloc`.
+    #[cold]
     #[inline(never)]
-    unsafe fn alloc_counted<const ZEROED: bool>(&self, layout: Layout, mode: u8) -> *mut u8 {
+    unsafe fn alloc_uninit<const ZEROED: bool>(&self, layout: Layout) -> *mut u8 {
         // SAFETY: forwarded from our caller unchanged.
         let p = unsafe { self.inner_alloc::<ZEROED>(layout) };
-        if mode == ON {
-            on_alloc(p, layout.size());
-        } else {
-            self.on_alloc_uninit(p, layout.size());
-        }
+        self.on_alloc_uninit(p, layout.size());
         p
     }
 
-    /// `dealloc` with tracking on: an unrecorded block is counted and freed
-    /// (a tail call); a recorded one goes to `dealloc_recorded`.
+    /// `dealloc` with tracking on (or not yet initialised): an unrecorded
+    /// block is counted and freed (a tail call); a recorded one goes to
+    /// `dealloc_recorded`. Out of line (no frame: every way out is a tail
+    /// call), so that `dealloc` stays small enough to inline into callers.
     ///
     /// # Safety
     /// As `GlobalAlloc::dealloc`.
+    /// Takes the layout as (size, align), the order of `__rust_dealloc`'s
+    /// arguments, and `self` last, so the jump here moves no register.
     #[inline(never)]
-    unsafe fn dealloc_counted(&self, ptr: *mut u8, layout: Layout) {
-        let size = layout.size();
-        if is_recorded(ptr as usize, size) {
+    unsafe fn dealloc_counted(ptr: *mut u8, size: usize, align: usize, this: &Self) {
+        // SAFETY: `size` and `align` came from a valid `Layout`.
+        let layout = unsafe { Layout::from_size_align_unchecked(size, align) };
+        if may_be_recorded(ptr as usize, size) {
             // SAFETY: our caller's guarantees, passed on.
-            return unsafe { self.dealloc_recorded(ptr, layout) };
+            return unsafe { this.dealloc_recorded(ptr, layout) };
         }
-        thread::count_small_free(size as u64);
+        if !thread::count_small_free_owned(size as u64) {
+            // SAFETY: our caller's guarantees, passed on.
+            return unsafe { this.dealloc_shared_slot(ptr, layout) };
+        }
         // SAFETY: forwarded from our caller: `ptr` was allocated by this
         // allocator (hence by `inner`) with `layout`.
+        unsafe { this.inner.dealloc(ptr, layout) }
+    }
+
+    /// An unrecorded free on a thread without a slot of its own: counted in
+    /// the shared slot, then freed. A tail call out of `dealloc_counted`, so
+    /// that its fast path needs no stack frame.
+    ///
+    /// # Safety
+    /// As `GlobalAlloc::dealloc`.
+    #[cold]
+    #[inline(never)]
+    unsafe fn dealloc_shared_slot(&self, ptr: *mut u8, layout: Layout) {
+        thread::count_small_free(layout.size() as u64);
+        // SAFETY: forwarded from our caller unchanged.
         unsafe { self.inner.dealloc(ptr, layout) }
     }
 
@@ -240,7 +293,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
             return unsafe { self.inner.dealloc(ptr, layout) };
         }
         // SAFETY: forwarded from our caller unchanged.
-        unsafe { self.dealloc_counted(ptr, layout) }
+        unsafe { Self::dealloc_counted(ptr, layout.size(), layout.align(), self) }
     }
 
     #[inline]
@@ -271,7 +324,7 @@ impl<A: GlobalAlloc> Alloc<A> {
     unsafe fn realloc_counted(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let old_size = layout.size();
         let addr = ptr as usize;
-        let old_entry = if is_recorded(addr, old_size) {
+        let old_entry = if may_be_recorded(addr, old_size) {
             table::remove(addr)
         } else {
             None
@@ -326,7 +379,7 @@ impl<A: GlobalAlloc> Alloc<A> {
             None => untracked_free(old_size),
         }
         thread::count_pair(tag, None, new_size as u64);
-        if is_recorded(new as usize, new_size) {
+        if new_size >= HOT.threshold.load(Ordering::Relaxed) || thread::sample(new as usize, new_size as u64) {
             let recorded = record(new as usize, new_size, tag, thread, old_entry, !stays_tracked);
             if let (true, true, Some(e)) = (recorded && logging, stays_tracked, old_entry) {
                 emit_realloc(addr, &e, tag, new as usize, new_size as u64);
@@ -411,23 +464,55 @@ fn realloc_untracked(new: *mut u8, old_size: usize, new_size: usize) -> *mut u8 
     new
 }
 
-/// True when a block of this size at this address has (or should have) a record.
+/// False when a block of this size at this address being freed surely has
+/// no record: it is small and no sampled block shares its filter granule
+/// (`sampling.rs`). True sends the free to the table, which has the last word.
 #[inline(always)]
-fn is_recorded(addr: usize, size: usize) -> bool {
-    size >= HOT.threshold.load(Ordering::Relaxed) || sampling::is_sampled(addr, size)
+fn may_be_recorded(addr: usize, size: usize) -> bool {
+    size >= HOT.threshold.load(Ordering::Relaxed) || sampling::may_be_sampled(addr)
 }
 
+/// Counts a new block (`p`, `size` bytes; null: a failed allocation) and
+/// records it if it is tracked or sampled: inline in every allocation.
 #[inline(always)]
 fn on_alloc(p: *mut u8, size: usize) {
     if p.is_null() {
-        ALLOC_FAILURES.fetch_add(1, Ordering::Relaxed);
-        return;
+        return alloc_failed();
     }
-    thread::count_alloc(size as u64);
-    if is_recorded(p as usize, size) {
-        let (tag, thread) = thread::charged();
-        record(p as usize, size, tag, thread, None, true);
+    if !thread::count_alloc_fast(size as u64) {
+        alloc_slow(p, size);
+    } else if size >= HOT.threshold.load(Ordering::Relaxed) {
+        record_new(p, size);
     }
+}
+
+/// A new block `p` whose counting needs more than the fast path (a sample
+/// point crossed, or no counter of the thread's own): counts it if it was
+/// not counted, records it if sampled or tracked; returns `p`.
+#[cold]
+#[inline(never)]
+fn alloc_slow(p: *mut u8, size: usize) -> *mut u8 {
+    let sampled = thread::count_alloc_sampled_slow(p as usize, size as u64);
+    if sampled || size >= HOT.threshold.load(Ordering::Relaxed) {
+        return record_new(p, size);
+    }
+    p
+}
+
+#[cold]
+#[inline(never)]
+fn alloc_failed() {
+    ALLOC_FAILURES.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A new block to record (tracked or sampled), under the thread's tag;
+/// returns `p`.
+#[cold]
+#[inline(never)]
+fn record_new(p: *mut u8, size: usize) -> *mut u8 {
+    let (tag, thread) = thread::charged();
+    record(p as usize, size, tag, thread, None, true);
+    p
 }
 
 /// Counts the free of a block without a record.
@@ -439,7 +524,7 @@ fn untracked_free(size: usize) {
     thread::count_small_free(size as u64);
 }
 
-/// Records a block that `is_recorded`: tracked exactly or sampled; queues
+/// Records a block that is tracked exactly (by its size) or sampled; queues
 /// its event when logging and `event`. `birth` carries time and stack over
 /// from the block a realloc replaced. Returns whether it was recorded.
 #[cold]

@@ -15,9 +15,10 @@
 //!   address with their tag, size, time and thread: their live bytes per tag
 //!   are exact, and their free is charged to the allocating tag whichever
 //!   thread frees them.
-//! - Smaller blocks are sampled by bytes (one per 512 KiB on average) with a
-//!   decision recomputed from the address at free, so unsampled frees never
-//!   touch shared state; per-tag small live bytes are an unbiased estimate
+//! - Smaller blocks are sampled by bytes (one per 512 KiB on average, a
+//!   per-thread countdown to the next sample point); a free learns whether
+//!   its block was sampled from a per-granule filter beside the table, so
+//!   unsampled frees never take a lock; per-tag small live bytes are an unbiased estimate
 //!   with a standard error. `threshold(0)` (or `HEAPTAG_THRESHOLD=0`) tracks
 //!   every block exactly.
 //! - No per-block header: sizes and size classes are exactly what the program
@@ -31,7 +32,8 @@
 //!                              hot path
 //! app thread -- tag guard --> tag ----------> thread    the thread's tag id (TLS)
 //! GlobalAlloc call ---------> global -------> thread    per-thread counts, exact
-//!                               |-----------> sampling  sampled? (a hash of the address)
+//!                               |-----------> thread    sampled? (the thread's byte countdown)
+//!                               |-----------> sampling  maybe sampled? (the free-side filter)
 //!                               |-----------> table     tracked and sampled blocks by address
 //!                               |-----------> tag       per-tag live bytes and peaks
 //!                               '-----------> log       events --> ring --> writer thread --> file
@@ -57,9 +59,9 @@
 //! snapshot  in-process queries: sums of the counters       held tag table thread config clock internal health
 //! held      external memory held, by tag and kind          tag internal
 //! tag       tags, guards, the tag table                    thread sampling internal health
-//! table     the side table of tracked and sampled blocks   internal health
-//! sampling  the sampling decision, estimator weights       config
-//! thread    TLS tag id, per-thread counter slots           internal health
+//! table     the side table of tracked and sampled blocks   sampling internal health
+//! thread    TLS tag id, counter slots, sample countdown    sampling internal health
+//! sampling  sample gaps, free-side filter, weights         config
 //! config    settings; HOT, what the hot path reads         health
 //! jemalloc  jemalloc controls and statistics               -
 //! clock     clocks                                         -
@@ -110,8 +112,8 @@ mod tests {
 
     /// The list in the crate docs: each module may use only modules after it.
     const ORDER: &[&str] = &[
-        "global", "start", "external", "testing", "profile", "log", "snapshot", "held", "tag", "table", "sampling",
-        "thread", "config", "jemalloc", "clock", "internal", "health",
+        "global", "start", "external", "testing", "profile", "log", "snapshot", "held", "tag", "table", "thread",
+        "sampling", "config", "jemalloc", "clock", "internal", "health",
     ];
 
     /// The code of a module (its file, or every file of its folder), with

@@ -1,22 +1,119 @@
-//! Sampling of small blocks by bytes, decided from (address, size, salt) alone.
+//! Sampling of small blocks by bytes: a per-thread countdown at allocation,
+//! a filter by address at free.
 //!
 //! A block of `s` bytes is sampled with probability `p(s) = 1 - exp(-s/R)`
 //! (`R` = sample rate), the per-block form of Poisson sampling by bytes that
-//! jemalloc, tcmalloc and Go use. The coin is a hash of the block's address
-//! and a per-run salt, so `dealloc`, which knows the address and (from the
-//! `Layout`) the size, recomputes the same decision without any lookup: only
-//! sampled frees touch the shared table.
+//! jemalloc, tcmalloc and Go use, and implemented as they do: each thread
+//! counts down the bytes to its next sample point (gaps drawn from an
+//! exponential of mean `R`, so the points form a Poisson process over the
+//! thread's allocated bytes), and the block that crosses a point is sampled.
+//! Disjoint stretches of a Poisson process are independent, so every block
+//! is sampled independently with `p(s)`, whatever its address: a hot loop
+//! that reuses one address gets a fresh coin each round (the address-keyed
+//! coin this replaced gave such a loop one coin for all its rounds, which
+//! made per-loop figures from the sample wild). The hot path pays one
+//! subtraction and one sign test on a thread-local field.
+//!
+//! A free must then learn whether its block was sampled. Sampled blocks are
+//! entered in the side table (`table.rs`), and, beside it, in [`FILTER`]: a
+//! counter per 256-byte granule of address (modulo 1 GiB) of the sampled
+//! blocks in the table. A small free whose counter reads 0 was not sampled
+//! (one load, in a line the heap's own locality keeps warm: one byte per
+//! 256 B of heap); a non-zero counter sends it to the table, which has the
+//! last word (a granule shared with a live sample, or an address 1 GiB
+//! away, costs that free a lookup and nothing else).
+//!
+//! Threads without thread-local state (being torn down) fall back to the
+//! address-keyed coin ([`is_sampled`]), also exact in probability.
 //!
 //! The live bytes of a tag are estimated with the Horvitz-Thompson estimator
 //! `sum(s / p(s))` over its sampled live blocks, which is unbiased; its variance
-//! is estimated by `sum(s^2 (1 - p) / p^2)`. Blocks alive at one moment have
-//! distinct addresses, so their coins are independent given the salt; an
-//! address that jemalloc reuses in a hot loop keeps its coin, which raises the
-//! cost of that loop (each round takes a table shard) but not the bias.
+//! is estimated by `sum(s^2 (1 - p) / p^2)`.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::config::HOT;
+
+/// Address bits below a granule of [`FILTER`].
+const GRANULE_BITS: u32 = 8;
+/// Granules in the filter: 4 Mi one-byte counters (4 MiB of zeroed static
+/// memory, resident only where a sampled block was ever entered), covering
+/// 1 GiB of address space before addresses alias.
+const FILTER_LEN: usize = 1 << 22;
+
+/// Counters of the sampled blocks in the side table per granule (see the
+/// module docs). Saturates at 255 and then stays there (a granule that only
+/// ever costs its frees a lookup); never undercounts.
+#[repr(C, align(4096))]
+struct Filter([AtomicU8; FILTER_LEN]);
+
+static FILTER: Filter = Filter([const { AtomicU8::new(0) }; FILTER_LEN]);
+
+#[inline(always)]
+fn granule(addr: usize) -> &'static AtomicU8 {
+    // The mask keeps the index in bounds, so the bounds check folds away.
+    &FILTER.0[(addr >> GRANULE_BITS) & (FILTER_LEN - 1)]
+}
+
+/// Whether a small block at `addr` may have been sampled (false: surely not).
+#[inline(always)]
+pub(crate) fn may_be_sampled(addr: usize) -> bool {
+    // Relaxed: the increment in `filter_add` happened before the block was
+    // returned, and the freeing thread learned of the block after that.
+    granule(addr).load(Ordering::Relaxed) != 0
+}
+
+/// A sampled block at `addr` entered the side table.
+pub(crate) fn filter_add(addr: usize) {
+    // Relaxed: see `may_be_sampled`. At 255 the counter stays (saturated).
+    let _ = granule(addr).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1));
+}
+
+/// A sampled block at `addr` left the side table.
+pub(crate) fn filter_remove(addr: usize) {
+    // A saturated counter no longer knows how many it stands for: it stays.
+    let _ = granule(addr).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+        (n != 0 && n != u8::MAX).then(|| n - 1)
+    });
+}
+
+/// Number of granules whose counter is non-zero (tests and overhead reports).
+#[cfg(test)]
+fn filter_granules_set() -> usize {
+    FILTER.0.iter().filter(|c| c.load(Ordering::Relaxed) != 0).count()
+}
+
+/// The next gap between two sample points of a thread, in bytes: an
+/// exponential of mean `rate` drawn from the thread's generator `rng`
+/// (never 0: the generator is seeded non-zero). `i64::MAX` when sampling is
+/// off (`rate` 0).
+pub(crate) fn next_gap(rng: &mut u64, rate: u64) -> i64 {
+    if rate == 0 {
+        return i64::MAX;
+    }
+    let u = ((splitmix64(rng) >> 11) + 1) as f64 * (1.0 / (1u64 << 53) as f64); // (0, 1]
+    let gap = -(u.ln()) * rate as f64;
+    // Saturating float-to-int cast; at least 1 byte.
+    (gap as i64).max(1)
+}
+
+/// The seed of a thread's sample-point generator: the run's salt
+/// (`HEAPTAG_SEED`) and the thread's number, so a seeded run of a
+/// deterministic program samples the same blocks again. Never 0.
+pub(crate) fn thread_seed(thread: u32) -> u64 {
+    let mut s = HOT.salt.load(Ordering::Relaxed) ^ (u64::from(thread)).wrapping_mul(0xd1b5_4a32_d192_ed03);
+    splitmix64(&mut s) | 1
+}
+
+/// splitmix64 (Steele, Lea and Flood 2014): a full-period generator whose
+/// outputs pass BigCrush; one step per sample point, off the hot path.
+fn splitmix64(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
 
 /// The contribution of one sampled block to its tag's estimates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,8 +126,10 @@ pub(crate) struct Weight {
     pub(crate) count_fx: u64,
 }
 
-/// Whether the small block at `addr` of `size` bytes is sampled.
-#[inline(always)]
+/// Whether the small block at `addr` of `size` bytes is sampled, by the
+/// address-keyed coin: for threads without thread-local state only (see the
+/// module docs).
+#[inline]
 pub(crate) fn is_sampled(addr: usize, size: usize) -> bool {
     let h = coin(addr);
     // Fast reject: p(s) <= s/R, so h / 2^64 >= s/R means "not sampled".
@@ -122,5 +221,70 @@ mod tests {
             (hits as f64 - expect).abs() < 5.0 * sd,
             "hits {hits}, expected {expect:.0} +- {sd:.0}"
         );
+    }
+
+    #[test]
+    fn countdown_samples_each_block_with_its_probability_even_at_one_address() {
+        // One address over and over, as a hot alloc/free loop gets from
+        // jemalloc: the countdown gives each round its own coin, so the
+        // sampled fraction is p(s), where the address-keyed coin gave all
+        // rounds one coin (all sampled or none).
+        let rate = HOT.rate.load(Ordering::Relaxed);
+        assert_eq!(rate, 512 * 1024, "the default rate (no test changes it)");
+        for size in [16u64, 4096, 60_000] {
+            let n = 1_000_000usize;
+            let hits =
+                std::thread::spawn(move || (0..n).filter(|_| crate::thread::sample(0x7f00_0000_1000, size)).count())
+                    .join()
+                    .unwrap();
+            let p = probability(size, rate);
+            let expect = n as f64 * p;
+            let sd = (n as f64 * p * (1.0 - p)).sqrt();
+            assert!(
+                (hits as f64 - expect).abs() < 5.0 * sd + 1.0,
+                "size {size}: hits {hits}, expected {expect:.0} +- {sd:.0}"
+            );
+        }
+    }
+
+    #[test]
+    fn gaps_are_exponential_with_the_rate_as_mean() {
+        let mut rng = thread_seed(7);
+        let n = 200_000;
+        let rate = 1u64 << 19;
+        let gaps: Vec<f64> = (0..n).map(|_| next_gap(&mut rng, rate) as f64).collect();
+        let mean = gaps.iter().sum::<f64>() / n as f64;
+        // The mean of n exponentials has sd rate / sqrt(n).
+        let sd = rate as f64 / (n as f64).sqrt();
+        assert!((mean - rate as f64).abs() < 5.0 * sd, "mean {mean}");
+        // P(gap > rate) = 1/e.
+        let above = gaps.iter().filter(|&&g| g > rate as f64).count() as f64 / n as f64;
+        assert!((above - (-1.0f64).exp()).abs() < 0.01, "{above}");
+        assert_eq!(next_gap(&mut rng, 0), i64::MAX, "rate 0: never");
+    }
+
+    #[test]
+    fn the_filter_counts_per_granule_and_saturates_high() {
+        // An address no other test enters (lib tests run on the system
+        // allocator, so only direct calls touch the filter).
+        let a = 0x5a5a_0000_0100usize;
+        let before = filter_granules_set();
+        assert!(!may_be_sampled(a));
+        filter_add(a);
+        filter_add(a + 16); // same granule
+        assert!(may_be_sampled(a) && may_be_sampled(a + 255 - (a & 255)));
+        filter_remove(a);
+        assert!(may_be_sampled(a + 16), "one sampled block left in the granule");
+        filter_remove(a + 16);
+        assert!(!may_be_sampled(a));
+        assert_eq!(filter_granules_set(), before);
+        // Saturated: stays non-zero for good (a lookup per free, never a miss).
+        for _ in 0..300 {
+            filter_add(a);
+        }
+        for _ in 0..300 {
+            filter_remove(a);
+        }
+        assert!(may_be_sampled(a));
     }
 }

@@ -20,6 +20,7 @@ use hashbrown::HashMap;
 
 use crate::health::{STALE_ENTRIES, TABLE_INSERT_FAILURES};
 use crate::internal::{mix64, ForkHeld, Internal, MixBuild};
+use crate::sampling;
 
 const SHARDS: usize = 128;
 
@@ -54,21 +55,36 @@ fn shard(addr: usize) -> MutexGuard<'static, HashMap<usize, Entry, MixBuild, Int
 }
 
 /// Records a block. Returns false (and counts) when there was no memory to.
+///
+/// A sampled block also enters the free-side filter (`sampling.rs`), which
+/// counts the sampled entries per address granule: frees consult the table
+/// only where that count is not 0.
 pub(crate) fn insert(addr: usize, entry: Entry) -> bool {
     let mut map = shard(addr);
     if map.try_reserve(1).is_err() {
         TABLE_INSERT_FAILURES.fetch_add(1, Ordering::Relaxed);
         return false;
     }
-    if map.insert(addr, entry).is_some() {
+    if !entry.tracked {
+        sampling::filter_add(addr);
+    }
+    if let Some(old) = map.insert(addr, entry) {
         STALE_ENTRIES.fetch_add(1, Ordering::Relaxed);
+        if !old.tracked {
+            sampling::filter_remove(addr);
+        }
     }
     true
 }
 
-/// Removes and returns the entry of a block, if heaptag recorded one.
+/// Removes and returns the entry of a block, if heaptag recorded one (and
+/// takes a sampled one out of the free-side filter).
 pub(crate) fn remove(addr: usize) -> Option<Entry> {
-    shard(addr).remove(&addr)
+    let e = shard(addr).remove(&addr);
+    if let Some(Entry { tracked: false, .. }) = e {
+        sampling::filter_remove(addr);
+    }
+    e
 }
 
 /// Calls `f` on every entry (shard by shard; not an atomic view).

@@ -254,6 +254,12 @@ const ATTACHED: u8 = 2;
 const DETACHED: u8 = 3;
 
 struct ThreadState {
+    /// Bytes this thread may still allocate before its next sample point
+    /// (`sampling.rs`); at or below 0 before the first draw, so the first
+    /// small allocation seeds the generator.
+    sample_left: Cell<i64>,
+    /// The thread's sample-point generator (0: not seeded yet).
+    rng: Cell<u64>,
     /// The current tag id.
     tag: Cell<u32>,
     /// This thread's number (0 until it first allocates).
@@ -275,6 +281,8 @@ thread_local! {
     // thread's life, including other thread-locals' destructors.
     static STATE: ThreadState = const {
         ThreadState {
+            sample_left: Cell::new(0),
+            rng: Cell::new(0),
             tag: Cell::new(0),
             thread: Cell::new(0),
             own: Cell::new(ptr::null()),
@@ -331,6 +339,84 @@ pub(crate) fn count_alloc(size: u64) {
     }
 }
 
+/// Counts an allocation of `size` bytes under the calling thread's tag and
+/// runs its sample countdown: true when that is all (not sampled); false
+/// when the caller must go on with [`count_alloc_sampled_slow`] (the
+/// countdown crossed a sample point, or the thread has no counter of its
+/// own and nothing was counted). The hot path of every allocation with
+/// tracking on: two adds to the thread's counter, one subtraction from its
+/// countdown, two tests.
+#[inline(always)]
+pub(crate) fn count_alloc_fast(size: u64) -> bool {
+    STATE
+        .try_with(|s| {
+            let c = s.counter.get();
+            if c.is_null() {
+                return false;
+            }
+            // SAFETY: as in `count_alloc`.
+            let c = unsafe { &*c };
+            add_owned(&c.alloc_bytes, size);
+            add_owned(&c.alloc_count, 1);
+            let left = s.sample_left.get().wrapping_sub(size as i64);
+            s.sample_left.set(left);
+            left >= 0
+        })
+        .unwrap_or(false)
+}
+
+/// After [`count_alloc_fast`] returned false for the block at `addr`: either
+/// the countdown crossed a sample point, or the thread has no counter of its
+/// own yet (first allocation, pool exhausted, torn down) and the block is
+/// counted here. Returns whether the block is sampled.
+pub(crate) fn count_alloc_sampled_slow(addr: usize, size: u64) -> bool {
+    let own = STATE.try_with(|s| !s.counter.get().is_null()).unwrap_or(false);
+    if !own {
+        count_alloc_slow(size);
+    }
+    // The countdown was already charged when the thread had a counter.
+    sample_inner(addr, size, !own)
+}
+
+/// Whether a new block of `size` bytes at `addr` is sampled, without
+/// counting it (a realloc's new block, counted by the caller).
+pub(crate) fn sample(addr: usize, size: u64) -> bool {
+    sample_inner(addr, size, true)
+}
+
+/// Runs the countdown for a block of `size` bytes (subtracting them first
+/// when `charge`) and returns whether it crossed a sample point. After a
+/// crossing the countdown restarts with a fresh gap from the block's end:
+/// the Poisson process is memoryless, so the distance from there to the
+/// next point is again exponential, whatever the block's size (one draw per
+/// sample, however many points a large block spans). Without thread-local
+/// state, the address-keyed coin decides (same probability).
+fn sample_inner(addr: usize, size: u64, charge: bool) -> bool {
+    STATE
+        .try_with(|s| {
+            let rate = crate::config::HOT.rate.load(Ordering::Relaxed);
+            let mut rng = s.rng.get();
+            let mut left = s.sample_left.get();
+            let size = i64::try_from(size).unwrap_or(i64::MAX);
+            if rng == 0 {
+                // First sample decision of this thread: start its process at
+                // this block (memoryless, so unbiased).
+                rng = crate::sampling::thread_seed(s.thread.get());
+                left = crate::sampling::next_gap(&mut rng, rate).saturating_sub(size);
+            } else if charge {
+                left = left.saturating_sub(size);
+            }
+            let sampled = left < 0;
+            if sampled {
+                left = crate::sampling::next_gap(&mut rng, rate);
+            }
+            s.rng.set(rng);
+            s.sample_left.set(left);
+            sampled
+        })
+        .unwrap_or_else(|_| crate::sampling::is_sampled(addr, size as usize))
+}
+
 #[cold]
 #[inline(never)]
 fn count_alloc_slow(size: u64) {
@@ -361,6 +447,27 @@ pub(crate) fn count_pair(tag: u32, pair: Option<Pair>, bytes: u64) {
     };
     add(b, bytes);
     add(n, 1);
+}
+
+/// Counts the free of a block without a record in the calling thread's own
+/// slot; false (nothing counted) when it has none: then the caller counts
+/// with [`count_small_free`].
+#[inline(always)]
+pub(crate) fn count_small_free_owned(size: u64) -> bool {
+    STATE
+        .try_with(|s| {
+            let own = s.own.get();
+            if own.is_null() {
+                return false;
+            }
+            // SAFETY: a non-null `own` points into the static SLOTS array,
+            // and this thread is its only writer while it owns it.
+            let own = unsafe { &*own };
+            add_owned(&own.small_free_bytes, size);
+            add_owned(&own.small_free_count, 1);
+            true
+        })
+        .unwrap_or(false)
 }
 
 /// Counts the free of a block without a record (its tag is unknown).
