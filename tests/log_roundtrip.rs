@@ -20,6 +20,10 @@ fn a_logged_run_reads_back_completely() {
     let started = heaptag::LogConfig::new(&path)
         .interval(Duration::from_millis(20))
         .symbols(true)
+        // In-process symbols load this test binary's DWARF at finish, which takes
+        // seconds on a loaded machine: a generous deadline, so the test checks the
+        // content, not how fast the machine is (the deadline has its own test).
+        .finish_timeout(Duration::from_secs(300))
         .start()
         .expect("log starts");
     assert_eq!(started, path);
