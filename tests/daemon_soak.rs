@@ -57,16 +57,36 @@ fn a_daemon_keeps_tags_and_memory_bounded() {
     let (recs, reader) = common::read_all(&path);
     assert!(reader.problems().is_empty(), "{:?}", reader.problems());
     // Every id a record names is defined at that point (and not retired):
-    // a reader never meets an id it does not know.
+    // a reader never meets an id it does not know. An id's lifetime goes
+    // tag_def, its records, its final counters, tag_retire; nothing names the
+    // id from its tag_retire to its next tag_def.
     let mut defined = std::collections::HashSet::new();
+    // Retired ids not defined again yet, with the record index of the retire.
+    let mut retired = std::collections::HashMap::new();
+    // Per defined id: the figures of the last counters entry naming it.
+    let mut last_counts = std::collections::HashMap::new();
+    let (mut between, mut named_retired) = (Vec::new(), 0u64);
+    let (mut never, mut named_undefined) = (Vec::new(), 0u64);
     for (i, r) in recs.iter().enumerate() {
         let used: Vec<u32> = match r {
             Record::TagDef { id, .. } => {
                 defined.insert(*id);
+                retired.remove(id);
+                last_counts.remove(id);
                 Vec::new()
             }
             Record::TagRetire { id, .. } => {
                 assert!(defined.remove(id), "record {i}: retire of undefined id {id}");
+                // Its final counters came before: a retired tag is idle, so
+                // they give no live bytes.
+                let last: heaptag_format::TagCount = last_counts
+                    .remove(id)
+                    .unwrap_or_else(|| panic!("record {i}: tag_retire of id {id} without counters of it before"));
+                assert!(
+                    last.tracked_live == 0 && last.external == 0,
+                    "record {i}: id {id} retired after counters with live bytes: {last:?}"
+                );
+                retired.insert(*id, i);
                 Vec::new()
             }
             Record::Counters { tags, .. } => tags.iter().map(|c| c.tag).collect(),
@@ -75,13 +95,35 @@ fn a_daemon_keeps_tags_and_memory_bounded() {
             _ => Vec::new(),
         };
         for id in used {
-            assert!(
-                id == 0 || defined.contains(&id),
-                "record {i} ({:?}) names undefined tag id {id}",
-                r.kind()
-            );
+            if let Some(at) = retired.get(&id) {
+                if between.len() < 5 {
+                    between.push(format!(
+                        "record {i} ({:?}) names id {id}, retired at record {at}",
+                        r.kind()
+                    ));
+                }
+                named_retired += 1;
+                continue;
+            }
+            if id != 0 && !defined.contains(&id) {
+                if never.len() < 5 {
+                    never.push(format!("record {i} ({:?}) names id {id}", r.kind()));
+                }
+                named_undefined += 1;
+            }
+        }
+        if let Record::Counters { tags, .. } = r {
+            for c in tags {
+                last_counts.insert(c.tag, *c);
+            }
         }
     }
+    assert_eq!(
+        (named_retired, named_undefined),
+        (0, 0),
+        "entries naming an id between its tag_retire and its next tag_def (e.g. {between:#?}), \
+         and naming an id never defined (e.g. {never:#?})"
+    );
     let retires = recs.iter().filter(|r| matches!(r, Record::TagRetire { .. })).count() as u64;
     let defs = recs.iter().filter(|r| matches!(r, Record::TagDef { .. })).count() as u64;
     assert!(defs >= 400 * 35, "every tag defined: {defs}");
