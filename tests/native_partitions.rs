@@ -1,0 +1,193 @@
+//! Issue 19 (`native` feature): C++ `std::vector`s and C buffers allocated
+//! under different partitions on several threads, grown, and freed on other
+//! threads, are charged to the allocating partition, exactly for tracked
+//! blocks, and go back to zero after the frees; the bytes are really in
+//! jemalloc (its own `stats.allocated`, the independent reference); a C
+//! constructor that allocates before `main` works; glibc's edge cases of the
+//! malloc family hold. The C and C++ are `tests/native/`, compiled by
+//! build.rs with the `cc` crate.
+#![cfg(feature = "native")]
+
+use std::ffi::{c_int, c_void};
+use std::sync::Mutex;
+
+use heaptag::{Tag, TagStats};
+
+#[global_allocator]
+static GLOBAL: heaptag::Alloc = heaptag::Alloc::new();
+
+extern "C" {
+    fn ht_buf_new(n: usize, seed: u64) -> *mut u8;
+    fn ht_buf_resize(p: *mut u8, n: usize) -> *mut u8;
+    fn ht_buf_free(p: *mut u8);
+    fn ht_vec_new(n: usize, seed: u64) -> *mut c_void;
+    fn ht_vec_double(v: *mut c_void);
+    fn ht_vec_bytes(v: *mut c_void) -> usize;
+    fn ht_vec_free(v: *mut c_void);
+    fn ht_early_take(usable: *mut usize) -> *mut u8;
+    fn ht_edge_cases() -> c_int;
+}
+
+/// The tests of this binary one at a time: jemalloc's process-wide
+/// statistics are compared before and after.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const JOB: u64 = 19_001;
+const PARTS: u32 = 4;
+
+fn stats_of(tag: Tag) -> TagStats {
+    heaptag::snapshot()
+        .tags
+        .into_iter()
+        .find(|t| t.tag == tag)
+        .unwrap_or_else(|| panic!("{tag} not in the snapshot"))
+}
+
+/// Words of partition `p`'s vector before it doubles.
+fn words(p: u32) -> usize {
+    32_768 * (p as usize + 1)
+}
+
+/// Bytes of partition `p`'s C buffer before it is resized to twice that.
+fn buf_bytes(p: u32) -> usize {
+    300_000 + 1_000 * p as usize
+}
+
+fn je_allocated() -> u64 {
+    heaptag::jemalloc_stats().expect("jemalloc statistics").allocated
+}
+
+#[test]
+fn cxx_vectors_and_c_buffers_are_charged_to_their_partitions() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let je_before = je_allocated();
+    // Allocate and grow under partition p, each on its own thread.
+    let blocks: Vec<(u32, usize, usize, usize)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..PARTS)
+            .map(|p| {
+                s.spawn(move || {
+                    let _job = heaptag::job(JOB);
+                    let _part = heaptag::partition(p);
+                    // SAFETY: the C/C++ functions of tests/native/ with valid arguments.
+                    unsafe {
+                        let v = ht_vec_new(words(p), u64::from(p));
+                        ht_vec_double(v);
+                        let b = ht_buf_new(buf_bytes(p), u64::from(p));
+                        let b = ht_buf_resize(b, 2 * buf_bytes(p));
+                        assert!(!v.is_null() && !b.is_null());
+                        (p, v as usize, b as usize, ht_vec_bytes(v))
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut expected_total = 0u64;
+    for &(p, _, _, vec_bytes) in &blocks {
+        // The C++ side's own figure of its storage, and the hand computation.
+        assert_eq!(vec_bytes, 2 * 8 * words(p), "libstdc++ doubled the vector exactly");
+        let want = (vec_bytes + 2 * buf_bytes(p)) as u64;
+        expected_total += want;
+        let st = stats_of(Tag::new(Some(JOB), None, Some(p)));
+        assert_eq!(st.native.tracked_live_bytes, want, "partition {p}: {st:?}");
+        assert_eq!(st.native.tracked_live_count, 2, "partition {p}: a vector and a buffer: {st:?}");
+        // Nothing else of that tag is tracked: its tracked blocks are these.
+        assert_eq!(st.tracked.live_bytes, want, "partition {p}: {st:?}");
+        // The grown blocks replaced the first ones: allocated counts both.
+        let first = (8 * words(p) + buf_bytes(p)) as u64;
+        assert_eq!(st.tracked.alloc_bytes, want + first, "partition {p}: {st:?}");
+        assert_eq!(st.tracked.free_bytes, first, "partition {p}: {st:?}");
+    }
+    // Independent reference: jemalloc holds them (glibc would not move it).
+    let je_alive = je_allocated();
+    assert!(
+        je_alive >= je_before + expected_total,
+        "jemalloc's allocated rose by {} for {expected_total} bytes of C/C++ blocks",
+        je_alive.saturating_sub(je_before)
+    );
+    // Freed on other threads, under another tag: charged back to the owners.
+    std::thread::scope(|s| {
+        for &(_, v, b, _) in &blocks {
+            s.spawn(move || {
+                let _freer = Tag::new(Some(JOB), Some("freer"), None).enter();
+                // SAFETY: blocks made above, freed once.
+                unsafe {
+                    ht_vec_free(v as *mut c_void);
+                    ht_buf_free(b as *mut u8);
+                }
+            });
+        }
+    });
+    for p in 0..PARTS {
+        let st = stats_of(Tag::new(Some(JOB), None, Some(p)));
+        assert_eq!(st.native, heaptag::NativeStats::default(), "partition {p}: {st:?}");
+        assert_eq!(st.tracked.live_bytes, 0, "partition {p}: {st:?}");
+        assert_eq!(st.tracked.live_count, 0, "partition {p}: {st:?}");
+    }
+    if let Some(freer) = heaptag::snapshot()
+        .tags
+        .into_iter()
+        .find(|t| t.tag == Tag::new(Some(JOB), Some("freer"), None))
+    {
+        assert_eq!(freer.tracked.free_bytes, 0, "frees are charged to the owner: {freer:?}");
+        assert_eq!(freer.native.tracked_live_bytes, 0);
+    }
+    let je_after = je_allocated();
+    assert!(
+        je_after + expected_total <= je_alive + (1 << 20),
+        "jemalloc's allocated fell by {} after freeing {expected_total} bytes",
+        je_alive.saturating_sub(je_after)
+    );
+}
+
+#[test]
+fn small_native_blocks_are_counted_and_sampled_not_tracked() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tag = Tag::new(Some(JOB), Some("small"), None);
+    let before = heaptag::snapshot().health.untracked_frees;
+    let blocks: Vec<usize> = tag.scope(|| {
+        // SAFETY: valid sizes; freed below.
+        (0..2_000).map(|i| unsafe { ht_buf_new(100 + i % 300, i as u64) } as usize).collect()
+    });
+    let st = stats_of(tag);
+    assert_eq!(st.native.tracked_live_count, 0, "{st:?}");
+    assert!(st.alloc_count >= 2_000, "every native allocation is counted: {st:?}");
+    for b in blocks {
+        // SAFETY: made above, freed once.
+        unsafe { ht_buf_free(b as *mut u8) };
+    }
+    let st = stats_of(tag);
+    assert_eq!(st.native.small_live_bytes, 0, "sampled native blocks all freed: {st:?}");
+    assert_eq!(heaptag::snapshot().health.untracked_frees, before);
+}
+
+#[test]
+fn a_c_constructor_allocates_before_main() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut usable = 0usize;
+    // SAFETY: the constructor's block, taken once.
+    let p = unsafe { ht_early_take(&mut usable) };
+    assert!(!p.is_null(), "the constructor's malloc failed");
+    // A jemalloc size class of 100,000 bytes (whole pages), not glibc's
+    // 100,008: the constructor ran before heaptag started and was served
+    // by jemalloc.
+    assert!(usable >= 100_000 && usable % 4096 == 0, "usable size {usable}");
+    // SAFETY: a live block of 100,000 bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(p, 100_000) };
+    assert!(bytes.iter().all(|&b| b == 0x5a));
+    let before = heaptag::snapshot().health.untracked_frees;
+    // SAFETY: freed once.
+    unsafe { ht_buf_free(p) };
+    assert_eq!(
+        heaptag::snapshot().health.untracked_frees,
+        before,
+        "a block from before start-up is no untracked-free warning"
+    );
+}
+
+#[test]
+fn glibc_edge_cases_of_the_malloc_family_hold() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // SAFETY: a self-contained C function.
+    assert_eq!(unsafe { ht_edge_cases() }, 0, "the number is the failing check in tests/native/buffers.c");
+}
