@@ -191,3 +191,90 @@ fn glibc_edge_cases_of_the_malloc_family_hold() {
     // SAFETY: a self-contained C function.
     assert_eq!(unsafe { ht_edge_cases() }, 0, "the number is the failing check in tests/native/buffers.c");
 }
+
+#[test]
+fn fork_while_threads_call_malloc_leaves_a_working_child() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for t in 0..3u64 {
+            let stop = &stop;
+            s.spawn(move || {
+                let _p = heaptag::partition(100 + t as u32);
+                // Bounded: at most this many rounds even if never stopped.
+                for i in 0..200_000u64 {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    // SAFETY: allocated and freed here, big enough to be
+                    // tracked every 8th round.
+                    unsafe { ht_buf_free(ht_buf_new(if i % 8 == 0 { 70_000 } else { 64 }, i)) };
+                }
+            });
+        }
+        for _ in 0..20 {
+            // SAFETY: the child only allocates, frees and exits.
+            let pid = unsafe { libc::fork() };
+            assert!(pid >= 0, "fork failed");
+            if pid == 0 {
+                // SAFETY: C and Rust allocation in the child, then _exit.
+                unsafe {
+                    let b = ht_buf_new(200_000, 1);
+                    let v = ht_vec_new(40_000, 2);
+                    ht_vec_double(v);
+                    ht_vec_free(v);
+                    ht_buf_free(b);
+                    let r = vec![1u8; 300_000];
+                    libc::_exit(if r[299_999] == 1 && !b.is_null() { 0 } else { 3 });
+                }
+            }
+            let mut status = 0;
+            // SAFETY: waiting for our own child.
+            assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+            assert!(
+                libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+                "child status {status:#x}"
+            );
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+}
+
+struct AllocatesOnDrop;
+
+impl Drop for AllocatesOnDrop {
+    fn drop(&mut self) {
+        // A thread-local destructor calling C's malloc (tracked size) and
+        // Rust's allocator while the thread exits.
+        // SAFETY: allocated and freed here.
+        unsafe { ht_buf_free(ht_buf_new(100_000, 3)) };
+        drop(std::hint::black_box(vec![0u8; 1000]));
+    }
+}
+
+thread_local! {
+    static ON_EXIT: AllocatesOnDrop = const { AllocatesOnDrop };
+}
+
+#[test]
+fn thread_local_destructors_may_call_malloc() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let tag = Tag::new(Some(JOB), Some("tls_exit"), None);
+    for _ in 0..8 {
+        std::thread::spawn(move || {
+            let _t = tag.enter();
+            ON_EXIT.with(|_| {});
+            // SAFETY: a block kept across the thread's exit, freed below.
+            unsafe { ht_buf_new(80_000, 4) as usize }
+        })
+        .join()
+        .map(|p| {
+            // SAFETY: made by the thread above, freed once.
+            unsafe { ht_buf_free(p as *mut u8) }
+        })
+        .unwrap();
+    }
+    let st = stats_of(tag);
+    assert_eq!(st.native.tracked_live_bytes, 0, "{st:?}");
+    assert_eq!(st.tracked.live_count, 0, "{st:?}");
+}
