@@ -29,9 +29,15 @@ fn c_malloc_is_glibc_without_the_feature_and_jemalloc_with_it() {
         assert!(rose >= N as u64, "jemalloc's allocated rose by {rose} only");
         // jemalloc's size classes of this size are whole pages (glibc's
         // would be 100,008).
-        assert!(usable >= 100_000 && usable % 4096 == 0, "jemalloc's size class, not {usable}");
+        assert!(
+            usable >= 100_000 && usable % 4096 == 0,
+            "jemalloc's size class, not {usable}"
+        );
     } else {
-        assert!(rose < (N / 8) as u64, "jemalloc's allocated rose by {rose}: C went to jemalloc");
+        assert!(
+            rose < (N / 8) as u64,
+            "jemalloc's allocated rose by {rose}: C went to jemalloc"
+        );
         // glibc: the request rounded up to 16 bytes, less the 8-byte header.
         assert_eq!(usable, 100_008, "glibc's usable size");
     }

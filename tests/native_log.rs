@@ -48,7 +48,9 @@ fn native_blocks_reach_the_log_report_and_dups() {
     heaptag::mark("all alive");
     // Partition 1's copy freed by another thread.
     // SAFETY: made above, freed once.
-    std::thread::spawn(move || unsafe { ht_buf_free(b as *mut u8) }).join().unwrap();
+    std::thread::spawn(move || unsafe { ht_buf_free(b as *mut u8) })
+        .join()
+        .unwrap();
     heaptag::finish().expect("a log was running");
 
     let (recs, reader) = common::read_all(&path);
@@ -93,7 +95,11 @@ fn native_blocks_reach_the_log_report_and_dups() {
     };
     assert_eq!(row(0)["native_live_end_bytes"], 4 * MIB as u64);
     assert_eq!(row(0)["native_peak_bytes"], 4 * MIB as u64);
-    assert_eq!(row(1)["native_live_end_bytes"], 0, "freed on another thread, charged back");
+    assert_eq!(
+        row(1)["native_live_end_bytes"],
+        0,
+        "freed on another thread, charged back"
+    );
     assert_eq!(row(1)["native_allocated_bytes"], 4 * MIB as u64);
     assert_eq!(row(2)["native_peak_bytes"], 2 * MIB as u64);
     let (text, _) = common::analyze(&heaptag_analyzer::Command::Report {

@@ -90,7 +90,10 @@ fn cxx_vectors_and_c_buffers_are_charged_to_their_partitions() {
         expected_total += want;
         let st = stats_of(Tag::new(Some(JOB), None, Some(p)));
         assert_eq!(st.native.tracked_live_bytes, want, "partition {p}: {st:?}");
-        assert_eq!(st.native.tracked_live_count, 2, "partition {p}: a vector and a buffer: {st:?}");
+        assert_eq!(
+            st.native.tracked_live_count, 2,
+            "partition {p}: a vector and a buffer: {st:?}"
+        );
         // Nothing else of that tag is tracked: its tracked blocks are these.
         assert_eq!(st.tracked.live_bytes, want, "partition {p}: {st:?}");
         // The grown blocks replaced the first ones: allocated counts both.
@@ -147,7 +150,9 @@ fn small_native_blocks_are_counted_and_sampled_not_tracked() {
     let before = heaptag::snapshot().health.untracked_frees;
     let blocks: Vec<usize> = tag.scope(|| {
         // SAFETY: valid sizes; freed below.
-        (0..2_000).map(|i| unsafe { ht_buf_new(100 + i % 300, i as u64) } as usize).collect()
+        (0..2_000)
+            .map(|i| unsafe { ht_buf_new(100 + i % 300, i as u64) } as usize)
+            .collect()
     });
     let st = stats_of(tag);
     assert_eq!(st.native.tracked_live_count, 0, "{st:?}");
@@ -189,7 +194,11 @@ fn a_c_constructor_allocates_before_main() {
 fn glibc_edge_cases_of_the_malloc_family_hold() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: a self-contained C function.
-    assert_eq!(unsafe { ht_edge_cases() }, 0, "the number is the failing check in tests/native/buffers.c");
+    assert_eq!(
+        unsafe { ht_edge_cases() },
+        0,
+        "the number is the failing check in tests/native/buffers.c"
+    );
 }
 
 #[test]

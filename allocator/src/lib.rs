@@ -106,7 +106,9 @@ pub use held::ExternalStats;
 pub use jemalloc::{flush_thread_cache, jemalloc_stats, purge, JemallocError, JemallocStats};
 pub use log::{finish, log_path, mark, LogConfig, LogError, LogSummary};
 pub use profile::{live_blocks, modules, stack_frames, LiveBlock, Module};
-pub use snapshot::{snapshot, tracked_blocks, Block, NativeStats, SmallStats, Snapshot, TagStats, Totals, TrackedStats};
+pub use snapshot::{
+    snapshot, tracked_blocks, Block, NativeStats, SmallStats, Snapshot, TagStats, Totals, TrackedStats,
+};
 pub use tag::{current, job, partition, shared, stage, static_name, Tag, TagGuard, TagId, MAX_TAGS, TAGS_KEPT};
 pub use thread::MAX_THREAD_SLOTS;
 
@@ -118,8 +120,8 @@ mod tests {
 
     /// The list in the crate docs: each module may use only modules after it.
     const ORDER: &[&str] = &[
-        "global", "start", "native", "external", "testing", "profile", "log", "snapshot", "held", "tag", "table", "sampling",
-        "thread", "config", "jemalloc", "clock", "internal", "health",
+        "global", "start", "native", "external", "testing", "profile", "log", "snapshot", "held", "tag", "table",
+        "sampling", "thread", "config", "jemalloc", "clock", "internal", "health",
     ];
 
     /// The code of a module (its file, or every file of its folder), with

@@ -55,7 +55,7 @@ use std::sync::atomic::Ordering;
 
 use tikv_jemalloc_sys as je;
 
-use crate::config::{HOT, ON, OFF};
+use crate::config::{HOT, OFF, ON};
 use crate::health::ALLOC_FAILURES;
 use crate::log::ring::Event;
 use crate::table::{self, Entry};
@@ -245,7 +245,11 @@ unsafe fn take(p: *mut c_void) -> Option<Entry> {
     // SAFETY: the caller's guarantee.
     let usable = unsafe { usable(p) };
     let addr = p as usize;
-    let e = if is_recorded(addr, usable) { table::remove(addr) } else { None };
+    let e = if is_recorded(addr, usable) {
+        table::remove(addr)
+    } else {
+        None
+    };
     if e.is_none() {
         // Unrecorded (small, or allocated before start-up): its tag is
         // unknown, as for a small Rust block.

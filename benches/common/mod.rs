@@ -286,7 +286,10 @@ pub fn main_with(variant: &str, tags: bool) {
     // C malloc, and bare prefixed jemalloc in the same process.
     for threads in [1usize, 2] {
         for size in [64usize, 4096, 256 << 10] {
-            for (name, bare) in [(format!("native/{threads}t"), false), (format!("native-je/{threads}t"), true)] {
+            for (name, bare) in [
+                (format!("native/{threads}t"), false),
+                (format!("native-je/{threads}t"), true),
+            ] {
                 if !o.wants(&name) {
                     continue;
                 }

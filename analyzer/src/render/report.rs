@@ -225,8 +225,18 @@ pub fn report(r: &Report, f: Format, out: &mut dyn Write) -> io::Result<()> {
 fn tag_table(rows: &[crate::report::TagRow], f: Format, out: &mut dyn Write) -> io::Result<()> {
     // Native (C/C++) columns only for a log that has native blocks, so
     // Rust-only reports keep their shape.
-    let native = rows.iter().any(|r| r.native_allocated_bytes > 0 || r.native_live_end_bytes > 0);
-    let mut head = vec!["tag", "peak live", "at", "live at end", "allocated", "allocations", "external"];
+    let native = rows
+        .iter()
+        .any(|r| r.native_allocated_bytes > 0 || r.native_live_end_bytes > 0);
+    let mut head = vec![
+        "tag",
+        "peak live",
+        "at",
+        "live at end",
+        "allocated",
+        "allocations",
+        "external",
+    ];
     if native {
         head.extend(["native peak", "native at end", "native allocated"]);
     }
