@@ -141,9 +141,10 @@ fn on_alloc(addr: usize, requested: usize, usable: usize) {
 fn record(addr: usize, requested: usize, usable: usize) {
     let tracked = usable >= HOT.threshold.load(Ordering::Relaxed);
     let size = if tracked { requested } else { usable } as u64;
-    thread::count_alloc(size);
     if thread::is_internal() {
-        // heaptag's own threads (the log writer) never enter tracking.
+        // heaptag's own threads (the log writer) never enter tracking; the
+        // block is counted as its unrecorded free will be, by usable size.
+        thread::count_alloc(usable as u64);
         return;
     }
     let (tag_id, thread) = thread::charged();
@@ -158,10 +159,17 @@ fn record(addr: usize, requested: usize, usable: usize) {
         stack,
         tracked,
     };
-    let Some(t) = tag::entry(tag_id) else { return };
+    // Without a record the block is counted as its free will be: unrecorded,
+    // by usable size.
+    let Some(t) = tag::entry(tag_id) else {
+        thread::count_alloc(usable as u64);
+        return;
+    };
     if !table::insert(addr, entry) {
+        thread::count_alloc(usable as u64);
         return;
     }
+    thread::count_alloc(size);
     if tracked {
         thread::count_pair(tag_id, Some(Pair::TrackedAlloc), size);
         t.native_live.fetch_add(size, Ordering::Relaxed);
@@ -334,9 +342,14 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
         return;
     }
     // Acquire: as in `after_alloc`.
-    if HOT.mode.load(Ordering::Acquire) == ON {
+    match HOT.mode.load(Ordering::Acquire) {
         // SAFETY: our caller's guarantee; `p` is non-null.
-        unsafe { before_free(p) };
+        ON => unsafe { before_free(p) },
+        OFF => {}
+        // Before start-up: undo the count of `after_alloc`, without
+        // attaching the thread.
+        // SAFETY: our caller's guarantee; `p` is non-null.
+        _ => thread::count_small_free_shared(unsafe { usable(p) } as u64),
     }
     // SAFETY: our caller's guarantee.
     unsafe { je::free(p) }
@@ -361,9 +374,16 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
         return std::ptr::null_mut();
     }
     // Acquire: as in `after_alloc`.
-    if HOT.mode.load(Ordering::Acquire) != ON {
+    let mode = HOT.mode.load(Ordering::Acquire);
+    if mode != ON {
+        // SAFETY: our caller's guarantee (a live block), read before the
+        // realloc may free it.
+        let old_usable = if mode == OFF { 0 } else { unsafe { usable(p) } };
         // SAFETY: our caller's guarantee.
         let new = unsafe { je::realloc(p, size) };
+        if !new.is_null() && mode != OFF {
+            thread::count_small_free_shared(old_usable as u64);
+        }
         after_alloc(new, size);
         return new;
     }
