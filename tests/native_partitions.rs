@@ -194,11 +194,8 @@ fn a_c_constructor_allocates_before_main() {
 fn glibc_edge_cases_of_the_malloc_family_hold() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: a self-contained C function.
-    assert_eq!(
-        unsafe { ht_edge_cases() },
-        0,
-        "the number is the failing check in tests/native/buffers.c"
-    );
+    let failed = unsafe { ht_edge_cases() };
+    assert_eq!(failed, 0, "the number is the failing check in tests/native/buffers.c");
 }
 
 #[test]

@@ -167,10 +167,13 @@ pub struct TagRow {
     pub external_bytes: i64,
     /// Of `live_end_bytes`, native (C/C++, the `native` feature): tracked
     /// exact plus the small estimate; the rest is Rust's.
+    #[serde(skip_serializing_if = "is_zero")]
     pub native_live_end_bytes: u64,
     /// Highest native tracked bytes alive (exact).
+    #[serde(skip_serializing_if = "is_zero")]
     pub native_peak_bytes: u64,
     /// Native bytes allocated in tracked blocks (exact).
+    #[serde(skip_serializing_if = "is_zero")]
     pub native_allocated_bytes: u64,
 }
 
@@ -214,6 +217,7 @@ pub struct Decomposition {
     /// Of `tracked_bytes + small_bytes`, native (C/C++) bytes (the `native`
     /// feature; the replay's figure at the sample): without the feature
     /// they would be in `outside_jemalloc_bytes`, untagged.
+    #[serde(skip_serializing_if = "is_zero")]
     pub native_bytes: u64,
 }
 
