@@ -100,6 +100,24 @@ fn is_recorded(addr: usize, usable: usize) -> bool {
     usable >= HOT.threshold.load(Ordering::Relaxed) || sampling::is_sampled(addr, usable)
 }
 
+/// `after_alloc` for a block of `malloc`/`calloc`, whose usable size is
+/// jemalloc's size class of the request (`nallocx`: a computation, no
+/// lookup of the block).
+#[inline]
+fn after_plain_alloc(p: *mut c_void, requested: usize) {
+    // Acquire: pairs with the Release in `start::tracking`.
+    if p.is_null() || HOT.mode.load(Ordering::Acquire) != ON {
+        return after_alloc(p, requested);
+    }
+    // SAFETY: nallocx has no preconditions for a non-zero size (jemalloc
+    // serves malloc(0) as a 1-byte request).
+    let usable = unsafe { je::nallocx(requested.max(1), 0) };
+    if usable == 0 {
+        return after_alloc(p, requested);
+    }
+    on_alloc(p as usize, requested, usable);
+}
+
 /// Counts (and records when due) the native block `p` just allocated for a
 /// request of `requested` bytes.
 #[inline]
@@ -251,7 +269,14 @@ fn emit_leave(addr: usize, e: &Entry) {
 /// `p` is a live, non-null block of jemalloc, not freed during the call.
 unsafe fn take(p: *mut c_void) -> Option<Entry> {
     // SAFETY: the caller's guarantee.
-    let usable = unsafe { usable(p) };
+    unsafe { take_usable(p, usable(p)) }
+}
+
+/// `take` with the block's usable size already known.
+///
+/// # Safety
+/// As `take`; `usable` is the block's usable size.
+unsafe fn take_usable(p: *mut c_void, usable: usize) -> Option<Entry> {
     let addr = p as usize;
     let e = if is_recorded(addr, usable) {
         table::remove(addr)
@@ -291,10 +316,10 @@ fn release(addr: usize, e: &Entry, event: bool) {
 ///
 /// # Safety
 /// As `free`, with `p` non-null.
-#[cold]
-unsafe fn before_free(p: *mut c_void) {
+#[inline]
+unsafe fn before_free(p: *mut c_void, usable: usize) {
     // SAFETY: forwarded.
-    if let Some(e) = unsafe { take(p) } {
+    if let Some(e) = unsafe { take_usable(p, usable) } {
         if e.tracked && log::wants_fingerprint(e.size) {
             // SAFETY: the block is still allocated (freed by our caller
             // after this) and this thread is the one freeing it.
@@ -312,7 +337,7 @@ unsafe fn before_free(p: *mut c_void) {
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     // SAFETY: jemalloc's malloc has C's contract.
     let p = unsafe { je::malloc(size) };
-    after_alloc(p, size);
+    after_plain_alloc(p, size);
     p
 }
 
@@ -328,7 +353,7 @@ pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
     };
     // SAFETY: jemalloc's calloc has C's contract.
     let p = unsafe { je::calloc(n, size) };
-    after_alloc(p, total);
+    after_plain_alloc(p, total);
     p
 }
 
@@ -343,8 +368,17 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     }
     // Acquire: as in `after_alloc`.
     match HOT.mode.load(Ordering::Acquire) {
-        // SAFETY: our caller's guarantee; `p` is non-null.
-        ON => unsafe { before_free(p) },
+        ON => {
+            // SAFETY: our caller's guarantee; `p` is a live block.
+            let usable = unsafe { usable(p) };
+            // SAFETY: as above.
+            unsafe { before_free(p, usable) };
+            // The size looked up once: jemalloc's sized free skips its
+            // own lookup.
+            // SAFETY: `usable` is the block's usable size, which sdallocx
+            // accepts (any size from the request to the usable size).
+            return unsafe { je::sdallocx(p, usable, 0) };
+        }
         OFF => {}
         // Before start-up: undo the count of `after_alloc`, without
         // attaching the thread.
