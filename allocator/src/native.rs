@@ -11,7 +11,9 @@
 //! (`_rjem_malloc`, ...) and counts around it as `global.rs` does for Rust:
 //!
 //! - the size a native block is judged by is jemalloc's usable size
-//!   (`sallocx`), the only size a `free` can know: a block whose usable size
+//!   (`nallocx` from the request at `malloc`, `sallocx` from the block at
+//!   `free`, which then frees sized: `sdallocx`), the only size a `free`
+//!   can know: a block whose usable size
 //!   is at least the threshold is tracked exactly (its record keeps the
 //!   requested size, so per-tag figures and fingerprints are of what C
 //!   asked for), a smaller one is sampled by the same address coin as Rust
