@@ -13,6 +13,13 @@ order that alternates (A B C ..., ... C B A):
   system       glibc malloc                                (benches/alloc_system.rs)
   tracking     tobz/tracking-allocator + per-group tracker (benches/alloc_tracking.rs)
   dhat         dhat-rs heap profiler (1/50th of the micro iterations: ~us per call)
+  heaptag-native      heaptag built with the `native` feature (benches/alloc_heaptag_native.rs,
+  heaptag-native-off  a second `cargo bench --features native` build); HEAPTAG=off
+
+The `native/*` workloads are C's malloc/free pairs (through glibc in every
+binary but the native one, where heaptag's shim serves them), `native-je/*`
+the same pairs on tikv-jemalloc-sys's prefixed functions called directly
+(bare jemalloc, no shim) in the same processes; they get their own table.
 
 and prints, per workload, medians and ratios to the jemalloc median of the
 same rounds, peak RSS per variant (getrusage of each child), heaptag's own
@@ -50,6 +57,10 @@ VARIANTS = [
     ("dhat", "alloc_dhat", {"BENCH_DIV": "50", "DHAT_OUT": os.path.join(LOG_DIR, "dhat.json")}),
 ]
 BENCHES = sorted({b for _, b, _ in VARIANTS})
+NATIVE_VARIANTS = [
+    ("heaptag-native", "alloc_heaptag_native", {}),
+    ("heaptag-native-off", "alloc_heaptag_native", {"HEAPTAG": "off"}),
+]
 
 
 def cargo_json(args, cwd=None):
@@ -152,7 +163,11 @@ def main():
     rounds = 1 if a.quick else a.rounds
     args = ([] if a.quick else ["--bench"]) + ([a.filter] if a.filter else [])
     exes, tools = build()
-    variants = VARIANTS
+    # A second build with the `native` feature (it changes heaptag-alloc).
+    exes.update(cargo_json(["bench", "--no-run", "--features", "native", "--bench", "alloc_heaptag_native"]))
+    if "alloc_heaptag_native" not in exes:
+        sys.exit("run.py: cargo did not report the alloc_heaptag_native bench executable")
+    variants = VARIANTS + NATIVE_VARIANTS
     if a.baseline:
         base_exes, base_tools = build(["alloc_heaptag"], a.baseline)
         exes["base:alloc_heaptag"] = base_exes["alloc_heaptag"]
@@ -185,7 +200,8 @@ def main():
         digits = "".join(c for c in key[1] if c.isdigit())
         return (key[0], int(digits or 0))
 
-    keys = sorted({(w, p) for (w, p, _) in results}, key=order)
+    native_keys = sorted({(w, p) for (w, p, _) in results if w.startswith("native")}, key=order)
+    keys = sorted({(w, p) for (w, p, _) in results if not w.startswith("native")}, key=order)
     med = {k: statistics.median(v) for k, v in results.items()}
 
     def fmt(w, x):
@@ -238,6 +254,25 @@ def main():
             x = med.get((w, p, n))
             cells.append(f"{x / base:.2f}x" if x else "-")
         lines.append(f"| {w} | {p} | " + " | ".join(cells) + " |")
+    if native_keys:
+        lines += ["", "C's malloc/free pairs (the `native` feature), ns per pair: glibc (C's malloc in the bare "
+                  "jemalloc binary), bare jemalloc (tikv-jemalloc-sys's prefixed malloc/free called directly, same "
+                  "process), heaptag's shim (binary built with `--features native`, tag set), and ratios to bare "
+                  "jemalloc:", "",
+                  "| workload | size | bare jemalloc | glibc | heaptag native on | heaptag native off "
+                  "| glibc / jemalloc | native on / jemalloc | native off / jemalloc |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        for w, p in native_keys:
+            if not w.startswith("native/"):
+                continue
+            je = med.get(("native-je/" + w.split("/", 1)[1], p, "jemalloc"))
+            g = med.get((w, p, "jemalloc"))
+            on = med.get((w, p, "heaptag-native"))
+            off = med.get((w, p, "heaptag-native-off"))
+            if not (je and g and on and off):
+                continue
+            lines.append(f"| {w} | {p} | {je:.2f} | {g:.2f} | {on:.2f} | {off:.2f} | {g / je:.2f}x | {on / je:.2f}x "
+                         f"| {off / je:.2f}x |")
     base_rss = statistics.median(rss["jemalloc"])
     lines += ["", "Peak RSS of a whole bench run: " + ", ".join(
         f"{v} {statistics.median(rss[v]) / 1024:.0f} MiB ({statistics.median(rss[v]) / base_rss:.2f}x)" for v, _, _ in variants) + "."]

@@ -104,3 +104,8 @@ pub mod prometheus;
 pub mod rayon;
 #[cfg(feature = "tracing")]
 pub mod tracing;
+
+/// docs/NATIVE.md, so that its Rust examples are compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/NATIVE.md")]
+pub struct NativeDoc;

@@ -6,11 +6,20 @@
 //! lock. The bytes are counted in [`OVERHEAD_BYTES`] and reported as heaptag's
 //! own overhead, charged to no user tag.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use allocator_api2::alloc::{AllocError, Allocator};
+
+// The heap heaptag's own memory comes from: glibc's malloc, or with the
+// `native` feature (where `malloc` is heaptag's own shim, `native.rs`)
+// jemalloc's prefixed functions directly, so heaptag's bookkeeping never
+// enters the shim's tracking path either.
+#[cfg(not(feature = "native"))]
+use std::alloc::System;
+#[cfg(feature = "native")]
+use tikv_jemallocator::Jemalloc as System;
 
 /// Bytes heaptag currently holds for its own bookkeeping.
 // Relaxed: a statistic; nothing is published through it.

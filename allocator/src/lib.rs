@@ -51,7 +51,8 @@
 //! ```text
 //! module    holds                                          uses
 //! global    the only GlobalAlloc: counts, records, events  start log table tag sampling thread config clock health
-//! start     start-up, in order; fork handlers              log held tag table thread config clock internal
+//! start     start-up, in order; fork handlers              native log held tag table thread config clock internal
+//! native    C/C++ malloc family (feature `native`)         log table tag sampling thread jemalloc config clock health
 //! external  the annotation API (external_alloc)            log held tag clock
 //! testing   memory assertions for cargo test               log snapshot table tag internal
 //! profile   live blocks, stacks, maps for heap profiles    log table tag sampling
@@ -72,6 +73,11 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
+#[cfg(all(feature = "native", feature = "unprefixed_malloc"))]
+compile_error!(
+    "heaptag-alloc: features `native` and `unprefixed_malloc` both define malloc; pick one (`native` also tags C/C++)"
+);
+
 mod clock;
 mod config;
 mod external;
@@ -81,6 +87,8 @@ mod held;
 mod internal;
 mod jemalloc;
 mod log;
+#[cfg(feature = "native")]
+mod native;
 mod profile;
 mod sampling;
 mod snapshot;
@@ -100,7 +108,9 @@ pub use held::ExternalStats;
 pub use jemalloc::{flush_thread_cache, jemalloc_stats, purge, JemallocError, JemallocStats};
 pub use log::{finish, log_path, mark, LogConfig, LogError, LogSummary};
 pub use profile::{live_blocks, modules, stack_frames, LiveBlock, Module};
-pub use snapshot::{snapshot, tracked_blocks, Block, SmallStats, Snapshot, TagStats, Totals, TrackedStats};
+pub use snapshot::{
+    snapshot, tracked_blocks, Block, NativeStats, SmallStats, Snapshot, TagStats, Totals, TrackedStats,
+};
 pub use tag::{current, job, partition, shared, stage, static_name, Tag, TagGuard, TagId, MAX_TAGS, TAGS_KEPT};
 pub use thread::MAX_THREAD_SLOTS;
 
@@ -112,8 +122,8 @@ mod tests {
 
     /// The list in the crate docs: each module may use only modules after it.
     const ORDER: &[&str] = &[
-        "global", "start", "external", "testing", "profile", "log", "snapshot", "held", "tag", "table", "thread",
-        "sampling", "config", "jemalloc", "clock", "internal", "health",
+        "global", "start", "native", "external", "testing", "profile", "log", "snapshot", "held", "tag", "table",
+        "thread", "sampling", "config", "jemalloc", "clock", "internal", "health",
     ];
 
     /// The code of a module (its file, or every file of its folder), with

@@ -72,6 +72,22 @@ pub struct TagStats {
     pub small: SmallStats,
     /// External (annotated) bytes held under this tag now.
     pub external_bytes: u64,
+    /// Of the live figures above, what C and C++ code allocated through
+    /// `malloc` and its family (the `native` feature; zeros without it).
+    pub native: NativeStats,
+}
+
+/// The part of a tag's live memory that C/C++ allocated (`native` feature):
+/// included in [`TagStats::tracked`] and [`TagStats::small`], not beside them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NativeStats {
+    /// Bytes of tracked native blocks alive now (exact, requested sizes).
+    pub tracked_live_bytes: u64,
+    /// Tracked native blocks alive now.
+    pub tracked_live_count: u64,
+    /// Estimated bytes of small native blocks alive now (sampled, by
+    /// jemalloc's usable size, the only size a `free` knows).
+    pub small_live_bytes: u64,
 }
 
 /// Exact figures for blocks of at least the threshold.
@@ -256,6 +272,11 @@ fn tag_stats(tag: Tag, e: &TagEntry, c: &TagCounts) -> TagStats {
         tracked,
         small,
         external_bytes: ld(&e.external_bytes),
+        native: NativeStats {
+            tracked_live_bytes: ld(&e.native_live),
+            tracked_live_count: ld(&e.native_blocks),
+            small_live_bytes: ld(&e.native_small),
+        },
     }
 }
 

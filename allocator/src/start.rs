@@ -70,6 +70,8 @@ pub(crate) fn tracking(defaults: &Settings) -> u8 {
         Ok(_) => {}
         Err(mode) => return mode,
     }
+    #[cfg(feature = "native")]
+    crate::native::linked();
     let settings = config::from_env(defaults);
     let salt = settings.seed.unwrap_or_else(random_salt);
     HOT.store_settings(&settings, salt);

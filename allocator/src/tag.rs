@@ -459,7 +459,13 @@ pub(crate) struct TagEntry {
     /// it can read a little low; `tracked_peak` is exact.
     pub(crate) peak: AtomicU64,
     pub(crate) external_bytes: AtomicU64,
-    _pad2: [u64; 2],
+    /// Of `tracked_live`, bytes of blocks C/C++ allocated through the
+    /// `native` malloc shim (`native.rs`; 0 without the feature).
+    pub(crate) native_live: AtomicU64,
+    /// Of `tracked_blocks`, native ones alive now.
+    pub(crate) native_blocks: AtomicU64,
+    /// Of `sampled_weight`, the weights of sampled native blocks.
+    pub(crate) native_small: AtomicU64,
     /// The figures last sent in a `counters` record and the tracked bytes
     /// freed (the writer's, under the INTERN lock): a sample lists a tag only
     /// when they changed, and keeps the process-wide sums up to date from

@@ -492,6 +492,16 @@ pub(crate) fn count_small_free(size: u64) {
     }
 }
 
+/// Counts an unrecorded free in the shared slot without attaching the
+/// thread: for frees before heaptag has started (the `native` shim, from
+/// the dynamic loader or C constructors), where a thread must not take a
+/// slot yet.
+#[cfg_attr(not(feature = "native"), allow(dead_code))]
+pub(crate) fn count_small_free_shared(size: u64) {
+    add_shared(&SHARED.small_free_bytes, size);
+    add_shared(&SHARED.small_free_count, 1);
+}
+
 #[cold]
 #[inline(never)]
 fn count_small_free_slow(size: u64) {

@@ -752,6 +752,7 @@ pub(crate) fn record_time(r: &Record) -> Option<u64> {
         | Record::TagDef { .. }
         | Record::StackDef { .. }
         | Record::Symbol { .. }
+        | Record::Native { .. }
         | Record::Pad { .. } => None,
     }
 }

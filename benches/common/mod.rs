@@ -53,6 +53,48 @@ impl Opts {
     }
 }
 
+/// C's `malloc` + `free` pairs of one size on `threads` threads, ns per
+/// pair: through whatever serves C's `malloc` in this binary (glibc, or
+/// heaptag's shim with the `native` feature) when `bare_jemalloc` is false,
+/// else tikv-jemalloc-sys's prefixed `malloc`/`free` called directly (bare
+/// jemalloc, no shim: the baseline of the native figures).
+pub fn c_pairs(size: usize, threads: usize, iters: usize, bare_jemalloc: bool, tags: bool) -> f64 {
+    let start = Instant::now();
+    let hs: Vec<_> = (0..threads)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let _tag = tags.then(|| heaptag::partition(1));
+                for i in 0..iters {
+                    // SAFETY: C's malloc/free (or jemalloc's), each block
+                    // written once and freed once by the same family.
+                    unsafe {
+                        let p = if bare_jemalloc {
+                            tikv_jemalloc_sys::malloc(size)
+                        } else {
+                            libc::malloc(size)
+                        }
+                        .cast::<u8>();
+                        if p.is_null() {
+                            std::process::abort();
+                        }
+                        *p = i as u8;
+                        black_box(p);
+                        if bare_jemalloc {
+                            tikv_jemalloc_sys::free(p.cast())
+                        } else {
+                            libc::free(p.cast())
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().unwrap();
+    }
+    start.elapsed().as_nanos() as f64 / iters as f64
+}
+
 /// Allocation + free pairs of one size on `threads` threads; ns per pair
 /// (per thread: wall time / pairs done by one thread).
 pub fn pairs(size: usize, threads: usize, iters: usize) -> f64 {
@@ -242,6 +284,23 @@ pub fn main_with(variant: &str, tags: bool) {
         }
         let ns = start.elapsed().as_nanos() as f64;
         out("big", "64MiB".into(), ns / rounds as f64, ns);
+    }
+    // C's malloc/free (the `native` feature's cost): through this binary's
+    // C malloc, and bare prefixed jemalloc in the same process.
+    for threads in [1usize, 2] {
+        for size in [64usize, 4096, 256 << 10] {
+            for (name, bare) in [
+                (format!("native/{threads}t"), false),
+                (format!("native-je/{threads}t"), true),
+            ] {
+                if !o.wants(&name) {
+                    continue;
+                }
+                let iters = ((if size >= 64 << 10 { 200_000 } else { 5_000_000 }) / k).max(100);
+                let ns = c_pairs(size, threads, iters, bare, tags);
+                out(&name, size.to_string(), ns, ns * iters as f64);
+            }
+        }
     }
     if o.wants("pipeline") {
         let partitions = if o.full { 10 } else { 2 };

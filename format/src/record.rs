@@ -171,6 +171,17 @@ records! {
             /// Requested size.
             size: U64,
         }
+        /// The block just allocated at `addr` (the `alloc` or `sample_alloc`
+        /// of this address before it, or the `carried`/`carried_sample`
+        /// just before it) was allocated by C or C++ code through `malloc`
+        /// and its family (the `native` feature), not by Rust. A reader that
+        /// does not know this kind skips it and counts the block as Rust.
+        /// The address is a plain varint (no delta state), so skipping it
+        /// leaves every later record of the frame intact.
+        29 Native "native" {
+            /// Address of the block (plain, not a delta).
+            addr: U64,
+        }
         /// A content fingerprint of a tracked block.
         13 Fingerprint "fingerprint" {
             /// Nanoseconds since the log's start.
@@ -545,10 +556,11 @@ impl Record {
 
 impl Kind {
     /// True for the kinds that describe one allocator event (the ones the
-    /// bytes-per-event figure counts): ring events other than fingerprints.
+    /// bytes-per-event figure counts): ring events other than fingerprints
+    /// and `native` marks.
     #[inline]
     pub fn is_event(self) -> bool {
-        self.is_ring_event() && self != Kind::Fingerprint
+        self.is_ring_event() && self != Kind::Fingerprint && self != Kind::Native
     }
 }
 

@@ -70,6 +70,7 @@ fn sample(kind: Kind) -> Record {
             addr: 0x55,
             size: 48,
         },
+        Kind::Native => Record::Native { addr: 0x7f00_0000_0000 },
         Kind::Fingerprint => Record::Fingerprint {
             time_ns: t,
             addr: 0x7f00_0000_0000,
@@ -253,6 +254,7 @@ fn ring_events_are_the_allocator_kinds_and_convert_to_the_same_records() {
             Kind::Realloc,
             Kind::SampleAlloc,
             Kind::SampleFree,
+            Kind::Native,
             Kind::Fingerprint
         ]
     );

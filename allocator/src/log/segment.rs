@@ -83,6 +83,8 @@ pub(crate) struct Block {
     /// Bytes a sampled block stands for; 0 for a tracked block.
     pub(crate) weight: u64,
     pub(crate) tracked: bool,
+    /// Allocated by C/C++ through the `native` malloc (a `native` record).
+    pub(crate) native: bool,
 }
 
 type Map<K, V> = HashMap<K, V, MixBuild, Internal>;
@@ -143,6 +145,7 @@ impl Live {
                     size,
                     weight: 0,
                     tracked: true,
+                    native: false,
                 },
             ),
             Event::SampleAlloc {
@@ -163,6 +166,7 @@ impl Live {
                     size,
                     weight,
                     tracked: false,
+                    native: false,
                 },
             ),
             Event::Free { addr, .. } | Event::SampleFree { addr, .. } => {
@@ -193,6 +197,11 @@ impl Live {
                     // As the allocator's table keeps it: birth time and
                     // stack carried over, the resizing thread and its tag.
                     self.insert(addr, Block { thread, tag, size, ..b });
+                }
+            }
+            Event::Native { addr } => {
+                if let Some(b) = self.blocks.get_mut(&addr) {
+                    b.native = true;
                 }
             }
             Event::Fingerprint { .. } => {}

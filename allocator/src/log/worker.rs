@@ -863,6 +863,13 @@ impl Writer {
                 addr,
             });
         }
+        // After every carried record (a `native` ends them): which of the
+        // carried blocks C/C++ allocated.
+        for (&addr, b) in live.blocks.iter() {
+            if b.native {
+                self.put(RecordRef::Native { addr });
+            }
+        }
     }
 
     /// The final work, by `deadline` as far as it depends on the writer:

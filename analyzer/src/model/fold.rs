@@ -216,6 +216,9 @@ fn merge_into(g: &mut TagAcc, a: &TagAcc) {
     }
     g.tracked_alloc = g.tracked_alloc.saturating_add(a.tracked_alloc);
     g.tracked_count = g.tracked_count.saturating_add(a.tracked_count);
+    // Native (C/C++) figures: allocated summed, peak the higher, as above.
+    g.native_alloc = g.native_alloc.saturating_add(a.native_alloc);
+    g.native_peak = g.native_peak.max(a.native_peak);
     if a.peak > g.peak {
         g.peak = a.peak;
         g.peak_t = a.peak_t;

@@ -176,6 +176,8 @@ pub struct Block {
     /// boxed, so a live block stays small (the live map is the replay's
     /// hottest structure).
     pub earlier: Option<Box<Vec<Obs>>>,
+    /// Allocated by C/C++ through the `native` malloc (a `native` record).
+    pub native: bool,
 }
 
 impl Block {
@@ -186,6 +188,7 @@ impl Block {
             stack,
             size,
             start,
+            native: false,
             last: None,
             earlier: None,
         }
@@ -225,6 +228,8 @@ struct Sample {
     stack: u32,
     size: u64,
     weight: u64,
+    /// A native (C/C++) block (a `native` record named it).
+    native: bool,
 }
 
 impl Sample {
@@ -266,6 +271,14 @@ pub struct TagAcc {
     pub alloc_count: Option<u64>,
     /// External memory held.
     pub external: i64,
+    /// Of `tracked`, native (C/C++) bytes alive (exact).
+    pub native_tracked: u64,
+    /// Of `small`, native bytes alive (estimate).
+    pub native_small: u64,
+    /// Highest `native_tracked` (exact).
+    pub native_peak: u64,
+    /// Of `tracked_alloc`, native bytes.
+    pub native_alloc: u64,
     /// Changed since the last memory sample (1) / the last RSS peak (2).
     pub(crate) dirty: u8,
     /// For a folded aggregate ([`TagKey::folded`]): how many tags were
@@ -321,6 +334,9 @@ pub struct Composition {
     pub small: (u64, f64),
     /// External (annotated) bytes.
     pub external: u64,
+    /// Native (C/C++) bytes alive, tracked exact plus small estimate: part
+    /// of `tracked` and `small`, inside jemalloc with the `native` feature.
+    pub native: u64,
     /// Per tag: (tag number, tracked, small estimate, external).
     pub per_tag: Vec<(u32, u64, u64, i64)>,
     /// Per stack: (stack id, bytes).
@@ -471,6 +487,8 @@ pub struct Model {
     small: u64,
     small_var: f64,
     external: i64,
+    /// Native (C/C++) bytes alive: tracked exact plus small estimate.
+    native: u64,
     live: MixMap<u64, Block>,
     moving: MixMap<(u32, u64), Block>,
     samples: MixMap<u64, Sample>,

@@ -256,6 +256,9 @@ impl Model {
     }
 
     pub(super) fn end_block(&mut self, b: Block, t: u64) {
+        if b.native {
+            self.native_shrink(b.tag, b.size, true);
+        }
         self.shrink(b.tag, b.stack, b.size, true);
         self.keep_lifetime(b, Some(t));
     }
@@ -284,6 +287,45 @@ impl Model {
         if let Some(old) = self.samples.insert(addr, s) {
             self.drop_sample(old);
         }
+    }
+
+    /// A `native` record: the block just allocated at `addr` is C/C++'s.
+    /// Marks it once (a carried block's mark may come again in a later
+    /// segment of a set read whole).
+    fn mark_native(&mut self, addr: u64) {
+        let mut of = false;
+        if let Some(b) = self.live.get_mut(&addr) {
+            if b.native {
+                return;
+            }
+            b.native = true;
+            let (tag, size) = (b.tag, b.size);
+            let a = self.tag_acc.entry(tag);
+            add(&mut a.native_tracked, size, &mut of);
+            add(&mut a.native_alloc, size, &mut of);
+            a.native_peak = a.native_peak.max(a.native_tracked);
+            add(&mut self.native, size, &mut of);
+        } else if let Some(s) = self.samples.get_mut(&addr) {
+            if s.native {
+                return;
+            }
+            s.native = true;
+            let (tag, weight) = (s.tag, s.weight);
+            add(&mut self.tag_acc.entry(tag).native_small, weight, &mut of);
+            add(&mut self.native, weight, &mut of);
+        }
+        self.overflowed |= of;
+    }
+
+    /// A native block's bytes leave its tag's native figures.
+    fn native_shrink(&mut self, tag: u32, bytes: u64, tracked: bool) {
+        let a = self.tag_acc.entry(tag);
+        if tracked {
+            a.native_tracked = a.native_tracked.saturating_sub(bytes);
+        } else {
+            a.native_small = a.native_small.saturating_sub(bytes);
+        }
+        self.native = self.native.saturating_sub(bytes);
     }
 
     /// External bytes added (or released, negative) by tag number `tag`.
@@ -428,7 +470,13 @@ impl Model {
                 let old_size = old.as_ref().map_or(0, |b| b.size);
                 let moved_tag = old.as_ref().is_some_and(|b| b.tag != tag);
                 let mut b = match old {
-                    Some(b) => {
+                    Some(mut b) => {
+                        if b.native {
+                            // Resized by Rust's realloc (the native shim
+                            // writes a free and an alloc): Rust's from here.
+                            self.native_shrink(b.tag, b.size, true);
+                            b.native = false;
+                        }
                         self.shrink(b.tag, b.stack, b.size, true);
                         b
                     }
@@ -472,6 +520,7 @@ impl Model {
                     stack,
                     size,
                     weight,
+                    native: false,
                 };
                 self.add_sample(t, tag, stack, addr, s);
             }
@@ -481,6 +530,7 @@ impl Model {
                     self.drop_sample(s);
                 }
             }
+            Record::Native { addr } => self.mark_native(addr),
             Record::Fingerprint {
                 time_ns,
                 addr,
@@ -791,6 +841,9 @@ impl Model {
     }
 
     pub(super) fn drop_sample(&mut self, s: Sample) {
+        if s.native {
+            self.native_shrink(s.tag, s.weight, false);
+        }
         self.shrink(s.tag, s.stack, s.weight, false);
         let v = s.var();
         let a = self.acc(s.tag);
@@ -854,6 +907,7 @@ impl Model {
             tracked: self.tracked,
             small: (self.small, self.small_var.sqrt()),
             external: self.external.max(0) as u64,
+            native: self.native,
             per_tag: Vec::new(),
             per_site: Vec::new(),
         }

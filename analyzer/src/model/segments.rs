@@ -402,6 +402,7 @@ impl Model {
                         stack,
                         size,
                         weight,
+                        native: false,
                     },
                 );
             }
@@ -463,6 +464,7 @@ impl Model {
                             stack,
                             size,
                             weight,
+                            native: false,
                         },
                     );
                 }

@@ -105,6 +105,13 @@ pub fn report(r: &Report, f: Format, out: &mut dyn Write) -> io::Result<()> {
                 bytes(d.tracked_bytes),
                 "exact (the process's counters at the sample)".into(),
             ]);
+            if d.native_bytes > 0 {
+                t.row(vec![
+                    "  of which native (C/C++)".into(),
+                    bytes(d.native_bytes),
+                    "malloc/operator new through heaptag (native feature), tagged; not outside jemalloc".into(),
+                ]);
+            }
             t.row(vec![
                 "small blocks".into(),
                 bytes(d.small_bytes),
@@ -216,7 +223,12 @@ pub fn report(r: &Report, f: Format, out: &mut dyn Write) -> io::Result<()> {
 }
 
 fn tag_table(rows: &[crate::report::TagRow], f: Format, out: &mut dyn Write) -> io::Result<()> {
-    let mut t = Table::new(&[
+    // Native (C/C++) columns only for a log that has native blocks, so
+    // Rust-only reports keep their shape.
+    let native = rows
+        .iter()
+        .any(|r| r.native_allocated_bytes > 0 || r.native_live_end_bytes > 0);
+    let mut head = vec![
         "tag",
         "peak live",
         "at",
@@ -224,7 +236,11 @@ fn tag_table(rows: &[crate::report::TagRow], f: Format, out: &mut dyn Write) -> 
         "allocated",
         "allocations",
         "external",
-    ]);
+    ];
+    if native {
+        head.extend(["native peak", "native at end", "native allocated"]);
+    }
+    let mut t = Table::new(&head);
     for r in rows {
         let end = match r.live_end_small_upper_bytes {
             // No sampled block alive: not "0 +- 0" but an upper bound.
@@ -248,7 +264,7 @@ fn tag_table(rows: &[crate::report::TagRow], f: Format, out: &mut dyn Write) -> 
         } else {
             bytes(r.peak_live.bytes)
         };
-        t.row(vec![
+        let mut cells = vec![
             r.tag.clone(),
             peak,
             if r.peak_live.bytes == 0 {
@@ -264,7 +280,15 @@ fn tag_table(rows: &[crate::report::TagRow], f: Format, out: &mut dyn Write) -> 
             } else {
                 sbytes(r.external_bytes)
             },
-        ]);
+        ];
+        if native {
+            cells.extend([
+                bytes(r.native_peak_bytes),
+                bytes(r.native_live_end_bytes),
+                bytes(r.native_allocated_bytes),
+            ]);
+        }
+        t.row(cells);
     }
     t.write(f, out)
 }

@@ -192,6 +192,16 @@ pub struct TagRow {
     pub allocations: u64,
     /// External (annotated) bytes held at the end.
     pub external_bytes: i64,
+    /// Of `live_end_bytes`, native (C/C++, the `native` feature): tracked
+    /// exact plus the small estimate; the rest is Rust's.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub native_live_end_bytes: u64,
+    /// Highest native tracked bytes alive (exact).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub native_peak_bytes: u64,
+    /// Native bytes allocated in tracked blocks (exact).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub native_allocated_bytes: u64,
 }
 
 /// The RSS decomposition at the highest RSS sample: every part from that
@@ -231,6 +241,11 @@ pub struct Decomposition {
     /// C and C++ code allocates from jemalloc too (unprefixed build): their
     /// memory is in jemalloc's figures but in no tag.
     pub unprefixed_jemalloc: bool,
+    /// Of `tracked_bytes + small_bytes`, native (C/C++) bytes (the `native`
+    /// feature; the replay's figure at the sample): without the feature
+    /// they would be in `outside_jemalloc_bytes`, untagged.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub native_bytes: u64,
 }
 
 fn decomposition(m: &Model, c: &Composition) -> Option<Decomposition> {
@@ -258,6 +273,7 @@ fn decomposition(m: &Model, c: &Composition) -> Option<Decomposition> {
         outside_jemalloc_bytes: outside,
         heaptag_overhead_bytes: c.totals.map(|t| t.2),
         unprefixed_jemalloc: m.header.settings.unprefixed_jemalloc,
+        native_bytes: c.native,
     })
 }
 
@@ -484,6 +500,9 @@ fn tag_rows(m: &Model) -> Vec<TagRow> {
                 allocated_bytes: a.alloc_bytes.unwrap_or(a.tracked_alloc),
                 allocations: a.alloc_count.unwrap_or(a.tracked_count),
                 external_bytes: a.external,
+                native_live_end_bytes: a.native_tracked.saturating_add(a.native_small),
+                native_peak_bytes: a.native_peak,
+                native_allocated_bytes: a.native_alloc,
             };
             (k, row)
         })
@@ -556,6 +575,9 @@ pub fn report(models: &[Model]) -> Report {
                         external_bytes: 0,
                         folded_tags: r.folded_tags.map(|_| 0),
                         folded_peaks_bytes: r.folded_peaks_bytes.map(|_| 0),
+                        native_live_end_bytes: 0,
+                        native_peak_bytes: 0,
+                        native_allocated_bytes: 0,
                         ..r.clone()
                     },
                     peak_by_source: vec![0; sources.len()],
@@ -574,6 +596,9 @@ pub fn report(models: &[Model]) -> Report {
                 let sum = |a: Option<u64>, b: Option<u64>| a.map(|a| a.saturating_add(b.unwrap_or(0)));
                 e.folded_tags = sum(e.folded_tags, r.folded_tags);
                 e.folded_peaks_bytes = sum(e.folded_peaks_bytes, r.folded_peaks_bytes);
+                e.native_live_end_bytes = e.native_live_end_bytes.saturating_add(r.native_live_end_bytes);
+                e.native_peak_bytes = e.native_peak_bytes.saturating_add(r.native_peak_bytes);
+                e.native_allocated_bytes = e.native_allocated_bytes.saturating_add(r.native_allocated_bytes);
             }
         }
         by.into_values().collect()
