@@ -40,11 +40,18 @@ fn caller_two(out: &mut Vec<Vec<u8>>) {
 #[repr(align(128))]
 struct Aligned([u8; 256]);
 
+impl Aligned {
+    fn touch(&self) -> u8 {
+        self.0[7]
+    }
+}
+
 /// Realigns its frame (a 128-byte aligned local): its frame size depends
 /// on the stack pointer it is entered with.
 #[inline(never)]
 fn realigned(out: &mut Vec<Vec<u8>>) {
     let pad = Aligned([1; 256]);
+    black_box(pad.touch());
     black_box(&pad);
     out.push(black_box(alloc_site()));
 }
@@ -144,8 +151,11 @@ fn stack_ids_are_stable_and_stacks_name_their_callers() {
     let addrs = |v: &[Vec<u8>]| v.iter().map(|b| b.as_ptr() as u64).collect::<Vec<u64>>();
     let (one_a, two_a) = (addrs(&one), addrs(&two));
     let thread_a: Vec<Vec<u64>> = threaded.iter().map(|v| addrs(v)).collect();
-    let deep_a: Vec<(u32, usize, u64)> = deep.iter().map(|(k, v, out)| (*k, *v, out[0].as_ptr() as u64)).collect();
-    let health = heaptag::Health::now();
+    let deep_a: Vec<(u32, usize, u64)> = deep
+        .iter()
+        .map(|(k, v, out)| (*k, *v, out[0].as_ptr() as u64))
+        .collect();
+    let health = heaptag::snapshot().health;
     heaptag::finish().expect("a log was running");
     drop((one, two, threaded, deep));
     assert_eq!(health.stacks_not_stored, 0);
@@ -179,11 +189,19 @@ fn stack_ids_are_stable_and_stacks_name_their_callers() {
         assert_eq!(count(n, "alloc_site"), 1, "{n:#?}");
         assert_eq!(count(n, mine), 1, "{n:#?}");
         assert_eq!(count(n, other), 0, "{n:#?}");
-        assert_eq!(count(n, "stack_ids_are_stable_and_stacks_name_their_callers"), 1, "{n:#?}");
+        assert_eq!(
+            count(n, "stack_ids_are_stable_and_stacks_name_their_callers"),
+            1,
+            "{n:#?}"
+        );
     }
     let nt = names(&m, *per_thread[0].iter().next().unwrap());
     assert_eq!(count(&nt, "caller_one"), 1, "{nt:#?}");
-    assert_eq!(count(&nt, "stack_ids_are_stable_and_stacks_name_their_callers"), 0, "{nt:#?}");
+    assert_eq!(
+        count(&nt, "stack_ids_are_stable_and_stacks_name_their_callers"),
+        0,
+        "{nt:#?}"
+    );
 
     // Every recursive allocation: `recurse` exactly k times, then its own
     // caller of `realigned` and no other; one id per path.
@@ -196,7 +214,11 @@ fn stack_ids_are_stable_and_stacks_name_their_callers() {
         for (i, (via, _)) in VIAS.iter().enumerate() {
             assert_eq!(count(&n, via), usize::from(i == v), "depth {k}, {}: {n:#?}", VIAS[v].0);
         }
-        assert_eq!(count(&n, "stack_ids_are_stable_and_stacks_name_their_callers"), 1, "{n:#?}");
+        assert_eq!(
+            count(&n, "stack_ids_are_stable_and_stacks_name_their_callers"),
+            1,
+            "{n:#?}"
+        );
         by_path.entry((k, v)).or_default().insert(id);
     }
     for (path, s) in &by_path {

@@ -1,42 +1,44 @@
 //! Stack capture without unwinding for stacks a thread has seen before
 //! (x86_64 Linux).
 //!
-//! A full unwind (`_Unwind_Backtrace`, about 1 us for 32 frames) reads, for
-//! each frame, the return address its callee's `call` pushed: on x86_64 it
-//! sits 8 bytes below the callee's canonical frame address (CFA). After an
-//! unwind, the positions of those return-address slots, relative to the
-//! stack pointer of [`capture`](super::capture), and the values found there
-//! are remembered in a small per-thread cache with the stack's id. The next
-//! capture on the thread at the same stack pointer reads those slots again
-//! (a few dozen independent loads, no lock, no unwinding) and, when every one
-//! still holds the same return address, returns the cached id.
+//! A full unwind (`_Unwind_Backtrace`, about 1 us for 32 frames) yields, per
+//! frame, its return address and its stack pointer at the call it made
+//! (`_Unwind_GetCFA`); on x86_64 the return address is the word the `call`
+//! pushed just below that stack pointer. After an unwind, those slots'
+//! positions relative to the stack pointer of [`capture`](super::capture)
+//! (the anchor) and the values found there are kept in a small per-thread
+//! cache with the stack's id. The next capture on the thread at the same
+//! anchor reads those slots again (a few dozen independent loads: no lock,
+//! no unwinding, no hashing) and, when every one still holds the same return
+//! address, returns the cached id.
 //!
-//! Why equal slots mean an equal stack: the innermost slot is at a fixed
-//! distance from the anchor (the frame of `capture` has a fixed size), so it
-//! is the real return address of `capture`'s caller. Given one frame's CFA
-//! and its caller's return address, the caller's CFA follows from the
-//! caller's unwind rule at that address, which is the same rule as last
-//! time; it is `rsp + constant` for a frame of fixed size. A caller whose
-//! CFA is its frame pointer (`rbp + 16`: frame-pointer builds, and functions
-//! that realign their stack for over-aligned locals, whose frame size
-//! depends on where they were entered) is pinned by one more slot: the
-//! caller's `rbp` that its callee pushed at CFA - 16; when that slot does not
-//! hold it (the callee saved `rbp` elsewhere), the stack is not cached. So
-//! by induction every slot read is the real return address of its frame,
-//! and equal values give the unwinder's own result. Frames the unwinder
-//! reports that this check cannot confirm (a signal frame, a return address
-//! not where x86_64's `call` puts it) leave the stack uncached: it is
-//! unwound every time, as before. Stack memory holding C `alloca` or
-//! variable-length arrays between two frames could, in principle, hold a
-//! stale return address at the remembered slot; Rust code has neither.
+//! Why equal slots mean an equal stack: `capture`'s frame has a fixed size,
+//! so the innermost slot is the real return address of its caller. Given a
+//! frame's position and return address (so its code, and the unwind rule at
+//! that address, are the same as last time), its caller's position follows
+//! from the frame's size, which is fixed for an `rsp`-based frame. A frame
+//! whose CFA is its frame pointer (`rbp + 16`: frame-pointer builds, and
+//! functions that realign their stack for an over-aligned local, whose size
+//! depends on where they were entered) is pinned by its `rbp`: either the
+//! word its callee's `push rbp` saved (one more slot to check), or, when no
+//! frame inside it changed `rbp` (every frame's `rbp` the same as the live
+//! register in `capture`), the live register itself, compared on a hit.
+//! Otherwise the stack is not cached. By induction every slot read on a hit
+//! is the real return address of its frame, and equal values give the
+//! unwinder's own result. Frames this cannot confirm (a signal frame, a
+//! return address not where `call` puts it, a stack pointer that does not
+//! grow outwards) leave the stack uncached: it is unwound every time, as
+//! before. A C function with `alloca` or a variable-length array gets an
+//! `rbp` frame from its compiler, so it is pinned the same way.
 //!
 //! Reads stay inside the calling thread's stack: a stack is cached only when
 //! the anchor and every slot lie within the thread's stack bounds (from
-//! `pthread_getattr_np`, once per thread); a stack pointer outside them (a
+//! `pthread_getattr_np`, once per thread); an anchor outside them (a
 //! signal's alternate stack, a coroutine's stack) always unwinds.
 //!
-//! Nothing here allocates: the cache is a const-initialised thread-local
-//! without destructor, the unwind buffers live on the stack.
+//! Nothing here allocates through the global allocator: the cache is a
+//! const-initialised thread-local without destructor, the unwind buffers
+//! live on the stack, and the unwinder reads only its tables and the stack.
 
 use std::cell::{Cell, UnsafeCell};
 use std::ffi::{c_int, c_void};
@@ -44,10 +46,12 @@ use std::ffi::{c_int, c_void};
 use super::{intern, LOOK, MAX_DEPTH};
 
 /// Cached stacks per thread.
-const WAYS: usize = 4;
+const WAYS: usize = 8;
 /// Slots checked per cached stack at most: a return address per frame, and
-/// a saved `rbp` per frame-pointer frame. Longer stacks are not cached.
+/// the saved `rbp` of each frame-pointer frame. Longer stacks are not cached.
 const MAX_CHECKS: usize = 64;
+/// Stack words a full unwind looks through, at most, for saved `rbp`s.
+const SCAN_WORDS: usize = 4096;
 
 /// One cached stack.
 #[derive(Clone, Copy)]
@@ -86,7 +90,7 @@ struct Cache {
     /// allocates during a capture then bypasses the cache).
     busy: Cell<bool>,
     /// The thread's stack, `[lo, hi)`; `hi == 0`: not looked up yet;
-    /// `lo > hi`: unknown (never cache).
+    /// `lo >= hi`: unknown (never cache).
     lo: Cell<usize>,
     hi: Cell<usize>,
     /// This thread's cache hits and full unwinds (for the tests).
@@ -224,7 +228,8 @@ fn lookup(ways: &[Way; WAYS], (anchor, rbp): Regs, depth: usize) -> Option<u32> 
 /// not cache).
 fn stack_top(c: &Cache, anchor: usize) -> usize {
     if c.hi.get() == 0 {
-        let (lo, hi) = thread_stack().unwrap_or((1, 0));
+        // Unknown bounds: an empty range that is never looked up again.
+        let (lo, hi) = thread_stack().unwrap_or((usize::MAX, 1));
         c.lo.set(lo);
         c.hi.set(hi);
     }
@@ -284,15 +289,16 @@ struct Walk<'a> {
     anchor: usize,
     /// Top of the thread's stack (0: do not cache).
     hi: usize,
-    /// Stack pointer and `rbp` of the frame before the current one, and
-    /// whether it is `capture`'s (None: not reached yet).
-    prev: Option<(usize, usize, bool)>,
+    /// Stack pointer (at its call) and `rbp` of `capture` (index 0) and of
+    /// each frame recorded (frame `i` at `i + 1`).
+    sps: [usize; MAX_DEPTH + 1],
+    rbps: [usize; MAX_DEPTH + 1],
     /// `rbp` in `capture` when the walk started.
     live_rbp: usize,
-    /// Every frame so far (from `capture` out) has `live_rbp` as its `rbp`.
-    same_rbp: bool,
     /// A frame is pinned by `rbp` itself: a hit needs `live_rbp` again.
     pin_rbp: bool,
+    /// Stack words left to scan for saved `rbp` values.
+    scan: usize,
     cacheable: bool,
     len: usize,
     off: [u32; MAX_CHECKS],
@@ -310,10 +316,11 @@ impl<'a> Walk<'a> {
             found: false,
             anchor,
             hi,
-            prev: None,
+            sps: [0; MAX_DEPTH + 1],
+            rbps: [0; MAX_DEPTH + 1],
             live_rbp,
-            same_rbp: false,
             pin_rbp: false,
+            scan: SCAN_WORDS,
             cacheable: hi != 0,
             len: 0,
             off: [0; MAX_CHECKS],
@@ -364,6 +371,45 @@ impl<'a> Walk<'a> {
         }
     }
 
+    /// Pins the position of frame `i`'s caller, frame `i` having an
+    /// `rbp`-based CFA (`rbps[i] + 16`): every word equal to that `rbp` in
+    /// the frames inside it, out to the one that changed `rbp` (which saved
+    /// it: the unwinder restored it from one of those words), is checked
+    /// too; when no frame changed it, the live register is.
+    fn pin(&mut self, i: usize) {
+        let v = self.rbps[i];
+        let mut k = i;
+        let before = self.len;
+        while k > 0 && self.cacheable {
+            k -= 1;
+            let (mut a, end) = ((self.sps[k] + 7) & !7, self.sps[k + 1]);
+            while a + 8 <= end && self.cacheable {
+                if self.scan == 0 {
+                    self.cacheable = false;
+                    return;
+                }
+                self.scan -= 1;
+                if self.peek(a) == Some(v as u64) {
+                    self.check(a, v as u64);
+                }
+                a += 8;
+            }
+            if self.rbps[k] != v {
+                // Frame `k` saved it, in one of the words just checked
+                // (none: it was kept some other way, not understood here).
+                if self.len == before {
+                    self.cacheable = false;
+                }
+                return;
+            }
+        }
+        if v == self.live_rbp {
+            self.pin_rbp = true;
+        } else {
+            self.cacheable = false;
+        }
+    }
+
     /// One frame; returns whether to go on.
     ///
     /// # Safety
@@ -371,7 +417,8 @@ impl<'a> Walk<'a> {
     unsafe fn frame(&mut self, ctx: *mut Ctx) -> bool {
         // `_Unwind_GetCFA` of a frame's context is that frame's stack
         // pointer at its call (its callee's CFA): the return address into
-        // the frame, `ip`, was pushed just below it.
+        // the frame, `ip`, was pushed just below it. `_Unwind_GetGR` gives
+        // the frame's registers as they were at that call.
         // SAFETY: the caller's guarantee on `ctx`; `rbp` is a callee-saved
         // register every x86_64 context tracks.
         let (ip, sp, rbp) = unsafe { (_Unwind_GetIP(ctx), _Unwind_GetCFA(ctx), _Unwind_GetGR(ctx, RBP)) };
@@ -384,8 +431,8 @@ impl<'a> Walk<'a> {
                 // the anchor.
                 self.found = true;
                 self.n = 0;
-                self.same_rbp = rbp == self.live_rbp;
-                self.prev = Some((sp, rbp, true));
+                self.sps[0] = sp;
+                self.rbps[0] = rbp;
                 return true;
             }
         }
@@ -394,33 +441,23 @@ impl<'a> Walk<'a> {
         }
         self.buf[self.n] = ip as u64;
         self.n += 1;
+        let i = self.n;
         if self.cacheable && self.found {
-            match self.prev {
-                Some((prev_sp, prev_rbp, first)) if sp > prev_sp => {
-                    // The previous frame's size decides where this one's
-                    // return address is: fixed for an `rsp`-based frame;
-                    // an `rbp`-based one (rbp + 16 is its CFA) is pinned by
-                    // its `rbp` (see the module docs). `capture`'s own frame
-                    // has a fixed size.
-                    if !first && prev_rbp.wrapping_add(16) == sp {
-                        if self.peek(prev_sp - 16) == Some(prev_rbp as u64) {
-                            // Saved by its callee's `push rbp`.
-                            self.check(prev_sp - 16, prev_rbp as u64);
-                        } else if self.same_rbp {
-                            // No frame inside it changed `rbp`: the
-                            // register still holds it.
-                            self.pin_rbp = true;
-                        } else {
-                            self.cacheable = false;
-                        }
-                    }
-                    self.check(sp - 8, ip as u64);
+            if sp <= self.sps[i - 1] {
+                self.cacheable = false;
+            } else {
+                // The previous frame's size decides where this one's return
+                // address is: fixed for an `rsp`-based frame; an `rbp`-based
+                // one is pinned by its `rbp` (see the module docs).
+                // `capture`'s own frame (index 0) has a fixed size.
+                if i >= 2 && self.rbps[i - 1].wrapping_add(16) == sp {
+                    self.pin(i - 1);
                 }
-                _ => self.cacheable = false,
+                self.check(sp - 8, ip as u64);
             }
         }
-        self.same_rbp &= rbp == self.live_rbp;
-        self.prev = Some((sp, rbp, false));
+        self.sps[i] = sp;
+        self.rbps[i] = rbp;
         self.n < self.depth
     }
 }
