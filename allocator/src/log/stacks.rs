@@ -252,3 +252,56 @@ pub(crate) fn fork_release() {
     // SAFETY: called only from the atfork parent and child handlers.
     unsafe { FORK_TABLE.release() };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> Table {
+        Table {
+            by_hash: HashMap::with_hasher_in(MixBuild::new(), Internal),
+            frames: IVec::new_in(Internal),
+            index: IVec::new_in(Internal),
+        }
+    }
+
+    #[test]
+    fn the_table_cuts_then_refuses_new_stacks_past_its_bounds() {
+        let mut t = table();
+        let stack = |seed: u64, len: usize| -> Vec<u64> { (0..len as u64).map(|i| seed << 32 | i).collect() };
+        let early = stack(1, 32);
+        let early_id = intern_in(&mut t, &early);
+        assert_eq!(intern_in(&mut t, &early), early_id, "deduplicated");
+        // Fill past the soft bound with long distinct stacks.
+        let mut seed = 2;
+        while t.frames.len() < FRAMES_SOFT {
+            assert_ne!(intern_in(&mut t, &stack(seed, 60_000)), 0);
+            seed += 1;
+        }
+        let truncated = STACKS_TRUNCATED.load(Ordering::Relaxed);
+        let late = stack(seed, 32);
+        let late_id = intern_in(&mut t, &late);
+        assert_eq!(
+            t.get(late_id),
+            Some(&late[..CUT_DEPTH]),
+            "stored cut to its innermost frames"
+        );
+        assert_eq!(STACKS_TRUNCATED.load(Ordering::Relaxed), truncated + 1);
+        assert_eq!(intern_in(&mut t, &late), late_id, "the cut stack is deduplicated");
+        assert_eq!(STACKS_TRUNCATED.load(Ordering::Relaxed), truncated + 1, "counted once");
+        assert_eq!(
+            intern_in(&mut t, &early),
+            early_id,
+            "a stack stored before keeps its id"
+        );
+        // Past the hard bound nothing new is stored.
+        while t.frames.len() + CUT_DEPTH <= FRAMES_HARD {
+            seed += 1;
+            assert_ne!(intern_in(&mut t, &stack(seed, 32)), 0);
+        }
+        let not_stored = STACKS_NOT_STORED.load(Ordering::Relaxed);
+        assert_eq!(intern_in(&mut t, &stack(seed + 1, 32)), 0);
+        assert_eq!(STACKS_NOT_STORED.load(Ordering::Relaxed), not_stored + 1);
+        assert_eq!(intern_in(&mut t, &early), early_id);
+    }
+}
