@@ -19,11 +19,14 @@
 //! from the frame's size, which is fixed for an `rsp`-based frame. A frame
 //! whose CFA is its frame pointer (`rbp + 16`: frame-pointer builds, and
 //! functions that realign their stack for an over-aligned local, whose size
-//! depends on where they were entered) is pinned by its `rbp`: either the
-//! word its callee's `push rbp` saved (one more slot to check), or, when no
-//! frame inside it changed `rbp` (every frame's `rbp` the same as the live
-//! register in `capture`), the live register itself, compared on a hit.
-//! Otherwise the stack is not cached. By induction every slot read on a hit
+//! depends on where they were entered) is pinned by its `rbp`: the
+//! unwinder restored that value from a word saved by a frame inside it,
+//! the innermost one whose own `rbp` differs, so every word holding that
+//! value in the frames from it out is checked too (one of them is the real
+//! save slot); when no frame inside changed `rbp`, the live register in
+//! `capture` is compared on a hit instead. A stack where no such word is
+//! found, or that needs more than [`SCAN_WORDS`] words scanned, is not
+//! cached. By induction every slot read on a hit
 //! is the real return address of its frame, and equal values give the
 //! unwinder's own result. Frames this cannot confirm (a signal frame, a
 //! return address not where `call` puts it, a stack pointer that does not
