@@ -1,10 +1,15 @@
 //! Call-stack capture and deduplication for tracked and sampled blocks.
 //!
-//! Capture walks the stack with the unwinder (`backtrace::trace_unsynchronized`
-//! over `_Unwind_Backtrace`), which reads unwind tables and never calls the
-//! Rust global allocator, into a buffer on the stack. Stacks are deduplicated
-//! by a hash of their frames in a table on the internal heap; the writer sends
-//! each stack's definition once, before its first use.
+//! Capture walks the stack with the unwinder (`_Unwind_Backtrace`, directly
+//! on x86_64 Linux, through `backtrace::trace_unsynchronized` elsewhere),
+//! which reads unwind tables and never calls the Rust global allocator, into
+//! a buffer on the stack. On x86_64 Linux a per-thread cache recognises a
+//! stack the thread has unwound before by re-reading the return addresses
+//! where the last unwind found them, and returns its id without unwinding or
+//! taking the table's lock (`cache.rs`, which argues why that is exact).
+//! Stacks are deduplicated by a hash of their frames in a table on the
+//! internal heap, behind one lock taken only by full unwinds; the writer
+//! sends each stack's definition once, before its first use.
 //!
 //! The table is bounded, since a long run keeps making new distinct stacks
 //! (rayon's work stealing nests its frames differently every time): past
@@ -19,6 +24,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use allocator_api2::vec::Vec as IVec;
 use hashbrown::HashMap;
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+mod cache;
 
 use crate::health::{STACKS_NOT_STORED, STACKS_TRUNCATED};
 use crate::internal::{mix64, ForkHeld, Internal, MixBuild};
@@ -52,27 +60,46 @@ static TABLE: Mutex<Table> = Mutex::new(Table {
 
 /// Captures the calling thread's stack and returns its id (0 when stacks are
 /// off or it could not be stored).
+///
+/// On x86_64 Linux a stack seen before on this thread is recognised from the
+/// thread's cache without unwinding (see [`cache`]); otherwise the stack is
+/// unwound and interned, and remembered in the cache when it can be checked.
 #[inline(never)]
 pub(crate) fn capture() -> u32 {
     let depth = (DEPTH.load(Ordering::Relaxed) as usize).min(MAX_DEPTH);
     if depth == 0 {
         return 0;
     }
-    let mut buf = [0u64; MAX_DEPTH];
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        // Read once, at one instruction of this never-inlined function: its
+        // distance to this frame's canonical frame address is fixed.
+        let regs = cache::registers();
+        cache::capture(regs, depth, capture as *const () as usize)
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        let mut buf = [0u64; MAX_DEPTH];
+        let n = unwind_portable(&mut buf, depth, capture as *const () as usize);
+        intern(&buf[..n])
+    }
+}
+
+/// Unwinds with the `backtrace` crate into `buf` (the targets without the
+/// cache); returns the number of frames.
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+fn unwind_portable(buf: &mut [u64; MAX_DEPTH], depth: usize, me: usize) -> usize {
     let mut n = 0;
     // The unwinder's own frames and this function's come first: they are
     // dropped by position, up to and including the frame whose enclosing
     // function is `capture` (it is never inlined, so it has a frame of its
     // own). Names cannot decide this: with `debug = "line-tables-only"` the
     // inlined unwinder frames carry short names (`trace`).
-    let me = capture as *const () as usize;
-    // Frames looked at for `capture` before giving up and keeping them all.
-    const LOOK: usize = 8;
     let mut skipped = 0;
     let mut found = false;
     // SAFETY: `trace_unsynchronized` requires that no other unsynchronized
     // trace runs concurrently only on platforms whose unwinder is not
-    // thread-safe (Windows' dbghelp); on Linux `_Unwind_Backtrace` is
+    // thread-safe (Windows' dbghelp); elsewhere `_Unwind_Backtrace` is
     // thread-safe. The callback only writes into `buf` and never allocates
     // (`symbol_address` is `_Unwind_FindEnclosingFunction`, a lookup in the
     // same unwind tables the walk reads).
@@ -91,8 +118,11 @@ pub(crate) fn capture() -> u32 {
             n < depth
         })
     };
-    intern(&buf[..n])
+    n
 }
+
+/// Frames looked at for `capture` before giving up and keeping them all.
+const LOOK: usize = 8;
 
 /// Returns the id of `frames`, storing them on first sight.
 pub(crate) fn intern(frames: &[u64]) -> u32 {
@@ -221,4 +251,57 @@ pub(crate) fn fork_prepare() {
 pub(crate) fn fork_release() {
     // SAFETY: called only from the atfork parent and child handlers.
     unsafe { FORK_TABLE.release() };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> Table {
+        Table {
+            by_hash: HashMap::with_hasher_in(MixBuild::new(), Internal),
+            frames: IVec::new_in(Internal),
+            index: IVec::new_in(Internal),
+        }
+    }
+
+    #[test]
+    fn the_table_cuts_then_refuses_new_stacks_past_its_bounds() {
+        let mut t = table();
+        let stack = |seed: u64, len: usize| -> Vec<u64> { (0..len as u64).map(|i| seed << 32 | i).collect() };
+        let early = stack(1, 32);
+        let early_id = intern_in(&mut t, &early);
+        assert_eq!(intern_in(&mut t, &early), early_id, "deduplicated");
+        // Fill past the soft bound with long distinct stacks.
+        let mut seed = 2;
+        while t.frames.len() < FRAMES_SOFT {
+            assert_ne!(intern_in(&mut t, &stack(seed, 60_000)), 0);
+            seed += 1;
+        }
+        let truncated = STACKS_TRUNCATED.load(Ordering::Relaxed);
+        let late = stack(seed, 32);
+        let late_id = intern_in(&mut t, &late);
+        assert_eq!(
+            t.get(late_id),
+            Some(&late[..CUT_DEPTH]),
+            "stored cut to its innermost frames"
+        );
+        assert_eq!(STACKS_TRUNCATED.load(Ordering::Relaxed), truncated + 1);
+        assert_eq!(intern_in(&mut t, &late), late_id, "the cut stack is deduplicated");
+        assert_eq!(STACKS_TRUNCATED.load(Ordering::Relaxed), truncated + 1, "counted once");
+        assert_eq!(
+            intern_in(&mut t, &early),
+            early_id,
+            "a stack stored before keeps its id"
+        );
+        // Past the hard bound nothing new is stored.
+        while t.frames.len() + CUT_DEPTH <= FRAMES_HARD {
+            seed += 1;
+            assert_ne!(intern_in(&mut t, &stack(seed, 32)), 0);
+        }
+        let not_stored = STACKS_NOT_STORED.load(Ordering::Relaxed);
+        assert_eq!(intern_in(&mut t, &stack(seed + 1, 32)), 0);
+        assert_eq!(STACKS_NOT_STORED.load(Ordering::Relaxed), not_stored + 1);
+        assert_eq!(intern_in(&mut t, &early), early_id);
+    }
 }
