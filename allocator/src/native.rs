@@ -16,7 +16,7 @@
 //!   can know: a block whose usable size
 //!   is at least the threshold is tracked exactly (its record keeps the
 //!   requested size, so per-tag figures and fingerprints are of what C
-//!   asked for), a smaller one is sampled by the same address coin as Rust
+//!   asked for), a smaller one is sampled by the same byte countdown as Rust
 //!   blocks, with its usable size;
 //! - the tag is the calling thread's, a free is charged to the tag stored
 //!   at allocation whichever thread frees, and the tag's native figures
@@ -95,11 +95,20 @@ unsafe fn usable(p: *mut c_void) -> usize {
     unsafe { je::sallocx(p, 0) }
 }
 
-/// Whether a native block of this usable size at this address has (or
-/// should have) a record.
+/// Whether a new native block of this usable size at this address gets a
+/// record: tracked by size, or sampled by the calling thread's byte
+/// countdown, the same sampling process as its Rust blocks (`thread.rs`).
 #[inline]
-fn is_recorded(addr: usize, usable: usize) -> bool {
-    usable >= HOT.threshold.load(Ordering::Relaxed) || sampling::is_sampled(addr, usable)
+fn should_record(addr: usize, usable: usize) -> bool {
+    usable >= HOT.threshold.load(Ordering::Relaxed) || thread::sample(addr, usable as u64)
+}
+
+/// Whether a native block about to be freed may have a record: tracked by
+/// size, or in the free-side filter of sampled blocks; the side table
+/// decides (`table::remove`).
+#[inline]
+fn may_be_recorded(addr: usize, usable: usize) -> bool {
+    usable >= HOT.threshold.load(Ordering::Relaxed) || sampling::may_be_sampled(addr)
 }
 
 /// `after_alloc` for a block of `malloc`/`calloc`, whose usable size is
@@ -148,14 +157,14 @@ fn after_alloc(p: *mut c_void, requested: usize) {
 
 #[inline]
 fn on_alloc(addr: usize, requested: usize, usable: usize) {
-    if !is_recorded(addr, usable) {
+    if !should_record(addr, usable) {
         thread::count_alloc(usable as u64);
         return;
     }
     record(addr, requested, usable);
 }
 
-/// Records a native block that `is_recorded`.
+/// Records a native block that `should_record`.
 #[cold]
 #[inline(never)]
 fn record(addr: usize, requested: usize, usable: usize) {
@@ -280,7 +289,7 @@ unsafe fn take(p: *mut c_void) -> Option<Entry> {
 /// As `take`; `usable` is the block's usable size.
 unsafe fn take_usable(p: *mut c_void, usable: usize) -> Option<Entry> {
     let addr = p as usize;
-    let e = if is_recorded(addr, usable) {
+    let e = if may_be_recorded(addr, usable) {
         table::remove(addr)
     } else {
         None
