@@ -13,6 +13,7 @@ order that alternates (A B C ..., ... C B A):
   system       glibc malloc                                (benches/alloc_system.rs)
   tracking     tobz/tracking-allocator + per-group tracker (benches/alloc_tracking.rs)
   dhat         dhat-rs heap profiler (1/50th of the micro iterations: ~us per call)
+  heaptag-log-full  the log with HEAPTAG_FINGERPRINT_FULL=1, on the `big` workload only
   heaptag-native      heaptag built with the `native` feature (benches/alloc_heaptag_native.rs,
   heaptag-native-off  a second `cargo bench --features native` build); HEAPTAG=off
 
@@ -30,7 +31,8 @@ pipeline workload. With --baseline DIR (another checkout of heaptag, e.g. a
 `git worktree add DIR <rev>` of an older commit), that build's heaptag runs
 interleaved with this one as base-off / base-on / base-log (the peers are left
 out), and the analyzer's rate is measured for both builds, so a change is
-judged before and after in the same run. With --write, the output replaces the
+judged before and after in the same run. The output ends with issue 20's
+targets, each marked met or missed from the run's own figures. With --write, the output replaces the
 part of FILE between `<!-- bench:begin -->` and `<!-- bench:end -->`.
 """
 
@@ -57,6 +59,63 @@ VARIANTS = [
     ("dhat", "alloc_dhat", {"BENCH_DIV": "50", "DHAT_OUT": os.path.join(LOG_DIR, "dhat.json")}),
 ]
 BENCHES = sorted({b for _, b, _ in VARIANTS})
+# The event log with full-content fingerprints (HEAPTAG_FINGERPRINT_FULL=1),
+# run on the `big` workload only: its difference to heaptag-log is the hash.
+FULL_VARIANT = ("heaptag-log-full", "alloc_heaptag",
+                {"HEAPTAG_LOG": os.path.join(LOG_DIR, "bench-full-%p.htlog"), "HEAPTAG_FINGERPRINT_FULL": "1"})
+# Issue 20's targets, each checked from the run's own figures by `targets`.
+LOG_SIZES = ("65536", "262144", "1048576")
+SMALL_SIZES = ("16", "64", "256", "1024", "4096")
+# Full fingerprints: 3x faster than the 0.17 s/GiB measured before issue 20
+# the same way (the `big` workload's log with full fingerprints minus without).
+FULL_FP_BEFORE_S_PER_GIB = 0.17
+
+
+def targets(results, med, rounds, rate):
+    """Issue 20's targets, each marked met or missed from this run's figures."""
+    rows = []
+
+    def ratio(w, p, n):
+        x, base = med.get((w, p, n)), med.get((w, p, "jemalloc"))
+        return x / base if x and base else None
+
+    def worst(pairs, n, limit, what):
+        got = [(ratio(w, p, n), w, p) for w, p in pairs]
+        got = [g for g in got if g[0] is not None]
+        if not got:
+            return
+        hi = max(got)
+        lo = min(got)
+        status = "met" if hi[0] <= limit else "missed"
+        rows.append(f"| {what} <= {limit:.2f}x | {lo[0]:.3f}x-{hi[0]:.3f}x (worst: {hi[1]} {hi[2]}) | {status} |")
+
+    threads = ("pairs/1t", "pairs/2t")
+    worst([(w, p) for w in threads for p in LOG_SIZES], "heaptag-log", 1.5,
+          "log on, pairs 64 KiB-1 MiB, 1 and 2 threads")
+    worst([(w, p) for w in threads for p in SMALL_SIZES], "heaptag-on", 1.5,
+          "tracking on, pairs 16 B-4 KiB, 1 and 2 threads")
+    worst([(w, p) for w in threads for p in SMALL_SIZES], "heaptag-off", 1.05,
+          "HEAPTAG=off, pairs 16 B-4 KiB, 1 and 2 threads")
+    base = results.get(("pipeline", "10p", "jemalloc"), [])
+    for n, limit in (("heaptag-on", 1.05), ("heaptag-log", 1.10)):
+        xs = results.get(("pipeline", "10p", n), [])
+        if base and len(xs) == len(base):
+            r = statistics.median(x / b for x, b in zip(xs, base))
+            status = ("met" if r <= limit else "missed") + ("" if rounds >= 7 else f" (only {rounds} rounds; 7 asked)")
+            rows.append(f"| pipeline, {n}, median of per-round ratios <= {limit:.2f}x | {r:.3f}x over {len(xs)} rounds | {status} |")
+    rows.append(f"| analyzer `report` >= 20 M events/s on one core | {rate / 1e6:.1f} M events/s | "
+                f"{'met' if rate >= 20e6 else 'missed'} |")
+    full, log = med.get(("big", "64MiB", "heaptag-log-full")), med.get(("big", "64MiB", "heaptag-log"))
+    if full and log:
+        s_per_gib = max(full - log, 0) / 1e9 / (64 / 1024)
+        speedup = FULL_FP_BEFORE_S_PER_GIB / s_per_gib if s_per_gib > 0 else float("inf")
+        rows.append(f"| full fingerprints >= 3x faster than {FULL_FP_BEFORE_S_PER_GIB} s/GiB (`big`: log with "
+                    f"`HEAPTAG_FINGERPRINT_FULL=1` minus log) | {s_per_gib:.3f} s/GiB, {speedup:.1f}x | "
+                    f"{'met' if speedup >= 3 else 'missed'} |")
+    if not rows:
+        return []
+    return ["", "Issue 20's targets, marked from this run's figures (ratios to bare jemalloc, medians):", "",
+            "| target | measured | status |", "| --- | --- | --- |", *rows]
 NATIVE_VARIANTS = [
     ("heaptag-native", "alloc_heaptag_native", {}),
     ("heaptag-native-off", "alloc_heaptag_native", {"HEAPTAG": "off"}),
@@ -139,16 +198,21 @@ def external_tools(exe, quick):
 def analyzer_rate(tools, quick, label=""):
     events = 1_000_000 if quick else 20_000_000
     log = os.path.join(LOG_DIR, "synth.htlog")
+    # The target is per core: the analyzer is single-threaded, pinned so
+    # the kernel cannot spread it.
+    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
     subprocess.run([tools["synth_log"], log, str(events)], check=True, stderr=subprocess.DEVNULL)
     best = None
     for _ in range(1 if quick else 3):
         t0 = time.monotonic()
-        _, maxrss = run_once([tools["heaptag"], "report", log], {})
+        _, maxrss = run_once(pin + [tools["heaptag"], "report", log], {})
         took = time.monotonic() - t0
         best = min(best or took, took)
     os.remove(log)
-    return (f"Analyzer{label}: `heaptag report` on a {events / 1e6:.0f} M-event synthetic log (`synth_log`): "
-            f"{best:.2f} s, {events / best / 1e6:.1f} M events/s, peak RSS {maxrss / 1024:.1f} MiB.")
+    rate = events / best
+    return rate, (f"Analyzer{label}: `heaptag report` on a {events / 1e6:.0f} M-event synthetic log (`synth_log`)"
+                  f"{', pinned to one core (taskset -c 0)' if pin else ''}: "
+                  f"{best:.2f} s, {rate / 1e6:.1f} M events/s, peak RSS {maxrss / 1024:.1f} MiB.")
 
 
 def main():
@@ -179,8 +243,13 @@ def main():
     own, per_event, dhat_bytes = [], [], []
     for r in range(rounds):
         order = variants if r % 2 == 0 else list(reversed(variants))
+        if not a.baseline and (not a.filter or a.filter in "big"):
+            # Full-content fingerprints, on the one workload that frees big
+            # blocks (the others would only repeat heaptag-log).
+            order = order + [FULL_VARIANT]
         for name, bench, env in order:
-            rows, maxrss = run_once([exes[bench], *args], env)
+            run_args = args if name != FULL_VARIANT[0] else ([] if a.quick else ["--bench"]) + ["big"]
+            rows, maxrss = run_once([exes[bench], *run_args], env)
             for f in os.listdir(LOG_DIR):
                 os.remove(os.path.join(LOG_DIR, f))
             rss[name].append(maxrss)
@@ -189,7 +258,8 @@ def main():
                     if name == "heaptag-on":
                         own.append(ns)
                 elif workload == "log_bytes_per_event":
-                    per_event.append((ns, int(param)))
+                    if name == "heaptag-log":
+                        per_event.append((ns, int(param)))
                 elif workload == "profile_bytes":
                     dhat_bytes.append(ns)
                 else:
@@ -286,9 +356,11 @@ def main():
         lines.append(f"dhat's profile (dhat-heap.json): {statistics.median(dhat_bytes) / 2**20:.1f} MiB per run (at 1/50th of the micro iterations).")
     if own:
         lines.append(f"heaptag's own memory (tables, counter pages) at the end of a run: {statistics.median(own) / 2**20:.2f} MiB.")
-    lines.append(analyzer_rate(tools, a.quick))
+    rate, line = analyzer_rate(tools, a.quick)
+    lines.append(line)
     if a.baseline:
-        lines.append(analyzer_rate(base_tools, a.quick, " (baseline)"))
+        lines.append(analyzer_rate(base_tools, a.quick, " (baseline)")[1])
+    lines += targets(results, med, rounds, rate)
     if a.external:
         lines += external_tools(exes["alloc_system"], a.quick)
     table = "\n".join(lines)

@@ -710,8 +710,9 @@ mod size_tests {
     fn a_live_block_is_small() {
         assert!(std::mem::size_of::<super::Obs>() <= 24);
         assert!(std::mem::size_of::<Option<super::Obs>>() <= 24);
+        // 56 bytes of figures and the `native` flag: one cache line.
         assert!(
-            std::mem::size_of::<super::Block>() <= 56,
+            std::mem::size_of::<super::Block>() <= 64,
             "{}",
             std::mem::size_of::<super::Block>()
         );
