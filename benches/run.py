@@ -96,9 +96,10 @@ def targets(results, med, rounds, rate):
           "tracking on, pairs 16 B-4 KiB, 1 and 2 threads")
     worst([(w, p) for w in threads for p in SMALL_SIZES], "heaptag-off", 1.05,
           "HEAPTAG=off, pairs 16 B-4 KiB, 1 and 2 threads")
-    base = results.get(("pipeline", "10p", "jemalloc"), [])
+    pipe = next((p for (w, p, _) in results if w == "pipeline"), None)
+    base = results.get(("pipeline", pipe, "jemalloc"), [])
     for n, limit in (("heaptag-on", 1.05), ("heaptag-log", 1.10)):
-        xs = results.get(("pipeline", "10p", n), [])
+        xs = results.get(("pipeline", pipe, n), [])
         if base and len(xs) == len(base):
             r = statistics.median(x / b for x, b in zip(xs, base))
             status = ("met" if r <= limit else "missed") + ("" if rounds >= 7 else f" (only {rounds} rounds; 7 asked)")
