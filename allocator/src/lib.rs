@@ -73,6 +73,11 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
+#[cfg(all(feature = "native", not(all(target_os = "linux", target_env = "gnu"))))]
+compile_error!(
+    "heaptag-alloc: the `native` feature replaces glibc's malloc family and needs Linux with glibc (docs/NATIVE.md)"
+);
+
 #[cfg(all(feature = "native", feature = "unprefixed_malloc"))]
 compile_error!(
     "heaptag-alloc: features `native` and `unprefixed_malloc` both define malloc; pick one (`native` also tags C/C++)"

@@ -79,6 +79,12 @@ pub(crate) fn linked() {
     std::hint::black_box(malloc as unsafe extern "C" fn(usize) -> *mut c_void);
 }
 
+/// The calling thread's `errno`.
+fn errno() -> c_int {
+    // SAFETY: `__errno_location` returns the calling thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
 /// `errno = e`.
 fn set_errno(e: c_int) {
     // SAFETY: `__errno_location` returns the calling thread's errno slot.
@@ -377,6 +383,21 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     if p.is_null() {
         return;
     }
+    // `free` never changes errno (glibc since 2.33, POSIX.1-2024), and C
+    // code relies on it (`free(buf); return -errno;`): the bookkeeping may
+    // wait on a lock, whose futex call can set it.
+    let saved = errno();
+    // SAFETY: our caller's guarantee, forwarded.
+    unsafe { free_inner(p) };
+    set_errno(saved);
+}
+
+/// `free` of a non-null `p`, which may change errno.
+///
+/// # Safety
+/// As C's `free`, with `p` non-null.
+#[inline(always)]
+unsafe fn free_inner(p: *mut c_void) {
     // Acquire: as in `after_alloc`.
     match HOT.mode.load(Ordering::Acquire) {
         ON => {
@@ -518,13 +539,18 @@ fn aligned(alignment: usize, size: usize) -> *mut c_void {
     p
 }
 
-/// C11 `aligned_alloc` (glibc's rule: a non-power-of-two alignment is
-/// rounded up).
+/// C17 `aligned_alloc`: an alignment that is not a power of two (0
+/// included) gives NULL with `EINVAL`, as glibc 2.38 and later do (glibc
+/// before 2.38 rounded it up, as `memalign` still does).
 ///
 /// # Safety
 /// As C's `aligned_alloc`.
 #[no_mangle]
 pub unsafe extern "C" fn aligned_alloc(alignment: usize, size: usize) -> *mut c_void {
+    if !alignment.is_power_of_two() {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
     aligned(alignment, size)
 }
 

@@ -79,5 +79,14 @@ int ht_edge_cases(void) {
     errno = 0;
     if (malloc(huge) != NULL || errno != 12) return 13;
     if (malloc_trim(0) != 1) return 14;
+    errno = 0;
+    if (aligned_alloc(24, 100) != NULL || errno != 22 /* EINVAL: C17, glibc >= 2.38 */) return 15;
+    /* free never changes errno (glibc >= 2.33, POSIX.1-2024), small or tracked. */
+    void *s = malloc(100), *t = malloc(1 << 20);
+    if (!s || !t) return 16;
+    errno = 77;
+    free(s);
+    free(t);
+    if (errno != 77) return 17;
     return 0;
 }
