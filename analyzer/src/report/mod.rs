@@ -566,6 +566,7 @@ pub fn report(models: &[Model]) -> Report {
                         peak_tracked_bytes: 0,
                         peak_small_bytes: 0,
                         peak_small_stderr_bytes: 0,
+                        peak_is_estimate_max: false,
                         live_end_small_upper_bytes: None,
                         live_end_bytes: 0,
                         live_end_tracked_bytes: 0,
@@ -586,6 +587,15 @@ pub fn report(models: &[Model]) -> Report {
                 let e = &mut c.total;
                 e.peak_live.bytes = e.peak_live.bytes.saturating_add(r.peak_live.bytes);
                 e.peak_tracked_bytes = e.peak_tracked_bytes.saturating_add(r.peak_tracked_bytes);
+                // The peak's small part, summed like its whole (so tracked +
+                // small = live holds for a combined row too), its standard
+                // errors in quadrature; an estimate's maximum in any source
+                // makes the sum one.
+                e.peak_small_bytes = e.peak_small_bytes.saturating_add(r.peak_small_bytes);
+                e.peak_small_stderr_bytes = ((e.peak_small_stderr_bytes as f64).powi(2)
+                    + (r.peak_small_stderr_bytes as f64).powi(2))
+                .sqrt() as u64;
+                e.peak_is_estimate_max |= r.peak_is_estimate_max;
                 e.live_end_bytes = e.live_end_bytes.saturating_add(r.live_end_bytes);
                 e.live_end_tracked_bytes = e.live_end_tracked_bytes.saturating_add(r.live_end_tracked_bytes);
                 e.live_end_stderr_bytes =
