@@ -39,6 +39,15 @@
 //! `pthread_getattr_np`, once per thread); an anchor outside them (a
 //! signal's alternate stack, a coroutine's stack) always unwinds.
 //!
+//! Two assumptions, not checked: a realigned frame is LLVM's kind (its CFA
+//! is `rbp + 16`); GCC's DRAP realignment (the CFA through `r10`, an
+//! expression on `rbp - 8`) is taken for a fixed-size frame, so a false hit
+//! there would need every outer slot to hold the same return addresses.
+//! And code does not change under a return address: after a `dlclose` and
+//! a `dlopen` that maps other code at the same address, a cached stack may
+//! name the old frames (the stack ids stay valid; their frames are the
+//! first unwind's).
+//!
 //! Nothing here allocates through the global allocator: the cache is a
 //! const-initialised thread-local without destructor, the unwind buffers
 //! live on the stack, and the unwinder reads only its tables and the stack.
