@@ -339,7 +339,7 @@ impl<A: GlobalAlloc> Alloc<A> {
                     addr: addr as u64,
                 });
             } else {
-                emit_leave(addr, &e);
+                log::emit_leave(addr, &e);
             }
         }
         // SAFETY: forwarded from our caller unchanged; jemalloc's own realloc
@@ -354,7 +354,7 @@ impl<A: GlobalAlloc> Alloc<A> {
                     if stays_tracked {
                         emit_realloc(addr, &e, e.tag, addr, e.size);
                     } else {
-                        emit_enter(addr, &e, clock::now_ns());
+                        log::emit_enter(addr, &e, clock::now_ns());
                     }
                 }
             }
@@ -391,52 +391,6 @@ impl<A: GlobalAlloc> Alloc<A> {
         }
         new
     }
-}
-
-/// Queues the event that starts a record's life (Alloc or SampleAlloc), at
-/// time `now` (the caller's clock read, not a second one).
-fn emit_enter(addr: usize, e: &Entry, now: u64) {
-    let (time_ns, thread, tag, stack, addr, size) = (now, e.thread, e.tag, e.stack, addr as u64, e.size);
-    log::emit(if e.tracked {
-        Event::Alloc {
-            time_ns,
-            thread,
-            tag,
-            stack,
-            addr,
-            size,
-        }
-    } else {
-        Event::SampleAlloc {
-            time_ns,
-            thread,
-            tag,
-            stack,
-            addr,
-            size,
-            weight: sampling::weight(e.size as usize).bytes,
-        }
-    });
-}
-
-/// Queues the event that ends a record's life (Free or SampleFree).
-fn emit_leave(addr: usize, e: &Entry) {
-    let (time_ns, thread, addr, size) = (clock::now_ns(), thread::number(), addr as u64, e.size);
-    log::emit(if e.tracked {
-        Event::Free {
-            time_ns,
-            thread,
-            addr,
-            size,
-        }
-    } else {
-        Event::SampleFree {
-            time_ns,
-            thread,
-            addr,
-            size,
-        }
-    });
 }
 
 /// Queues a Realloc of the tracked block `old` at `from` to `to`, `size`
@@ -561,7 +515,7 @@ fn record(addr: usize, size: usize, tag_id: u32, thread: u32, birth: Option<Entr
         t.sampled_add(&sampling::weight(size));
     }
     if logging && event {
-        emit_enter(addr, &entry, now);
+        log::emit_enter(addr, &entry, now);
     }
     true
 }
@@ -573,7 +527,7 @@ fn record(addr: usize, size: usize, tag_id: u32, thread: u32, birth: Option<Entr
 fn release(addr: usize, e: &Entry, size: usize, event: bool) {
     let Some(t) = tag::entry(e.tag) else { return };
     if event && log::on() {
-        emit_leave(addr, e);
+        log::emit_leave(addr, e);
     }
     tag::mark_dirty(e.tag);
     if e.tracked {

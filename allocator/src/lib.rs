@@ -56,7 +56,7 @@
 //! external  the annotation API (external_alloc)            log held tag clock
 //! testing   memory assertions for cargo test               log snapshot table tag internal
 //! profile   live blocks, stacks, maps for heap profiles    log table tag sampling
-//! log/      ring, writer, finish, segments, stacks, fps    snapshot tag table thread jemalloc config clock internal health
+//! log/      ring, writer, finish, segments, stacks, fps    snapshot tag table thread sampling jemalloc config clock internal health
 //! snapshot  in-process queries: sums of the counters       held tag table thread config clock internal health
 //! held      external memory held, by tag and kind          tag internal
 //! tag       tags, guards, the tag table                    thread sampling internal health

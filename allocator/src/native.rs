@@ -232,50 +232,11 @@ fn capture() -> u32 {
     id
 }
 
-/// Queues the events that start a native record's life.
+/// Queues the events that start a native record's life: the block's own
+/// (as a Rust block's), then `native`.
 fn emit_enter(addr: usize, e: &Entry, now: u64) {
-    let (time_ns, thread, tag, stack, addr64, size) = (now, e.thread, e.tag, e.stack, addr as u64, e.size);
-    log::emit(if e.tracked {
-        Event::Alloc {
-            time_ns,
-            thread,
-            tag,
-            stack,
-            addr: addr64,
-            size,
-        }
-    } else {
-        Event::SampleAlloc {
-            time_ns,
-            thread,
-            tag,
-            stack,
-            addr: addr64,
-            size,
-            weight: sampling::weight(e.size as usize).bytes,
-        }
-    });
-    log::emit(Event::Native { addr: addr64 });
-}
-
-/// Queues the event that ends a native record's life.
-fn emit_leave(addr: usize, e: &Entry) {
-    let (time_ns, thread, addr, size) = (clock::now_ns(), thread::number(), addr as u64, e.size);
-    log::emit(if e.tracked {
-        Event::Free {
-            time_ns,
-            thread,
-            addr,
-            size,
-        }
-    } else {
-        Event::SampleFree {
-            time_ns,
-            thread,
-            addr,
-            size,
-        }
-    });
+    log::emit_enter(addr, e, now);
+    log::emit(Event::Native { addr: addr as u64 });
 }
 
 /// Takes the record of the native block `p` (about to be freed or resized)
@@ -313,7 +274,7 @@ unsafe fn take_usable(p: *mut c_void, usable: usize) -> Option<Entry> {
 fn release(addr: usize, e: &Entry, event: bool) {
     let Some(t) = tag::entry(e.tag) else { return };
     if event && log::on() {
-        emit_leave(addr, e);
+        log::emit_leave(addr, e);
     }
     tag::mark_dirty(e.tag);
     if e.tracked {
@@ -459,7 +420,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     if let (true, Some(e)) = (log::on(), old) {
         // Before the realloc, which may hand the old address to another
         // thread: in the log, nothing reuses it before this free.
-        emit_leave(p as usize, &e);
+        log::emit_leave(p as usize, &e);
     }
     // SAFETY: our caller's guarantee.
     let new = unsafe { je::realloc(p, size) };

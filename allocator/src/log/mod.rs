@@ -104,6 +104,52 @@ pub(crate) fn emit(ev: Event) {
     }
 }
 
+/// Queues the event that starts a record's life (Alloc or SampleAlloc), at
+/// time `now` (the caller's clock read, not a second one).
+pub(crate) fn emit_enter(addr: usize, e: &table::Entry, now: u64) {
+    let (time_ns, thread, tag, stack, addr, size) = (now, e.thread, e.tag, e.stack, addr as u64, e.size);
+    emit(if e.tracked {
+        Event::Alloc {
+            time_ns,
+            thread,
+            tag,
+            stack,
+            addr,
+            size,
+        }
+    } else {
+        Event::SampleAlloc {
+            time_ns,
+            thread,
+            tag,
+            stack,
+            addr,
+            size,
+            weight: crate::sampling::weight(e.size as usize).bytes,
+        }
+    });
+}
+
+/// Queues the event that ends a record's life (Free or SampleFree).
+pub(crate) fn emit_leave(addr: usize, e: &table::Entry) {
+    let (time_ns, thread, addr, size) = (crate::clock::now_ns(), crate::thread::number(), addr as u64, e.size);
+    emit(if e.tracked {
+        Event::Free {
+            time_ns,
+            thread,
+            addr,
+            size,
+        }
+    } else {
+        Event::SampleFree {
+            time_ns,
+            thread,
+            addr,
+            size,
+        }
+    });
+}
+
 /// Events dropped so far: ring full, or lost to write failures.
 pub(crate) fn dropped() -> u64 {
     crate::health::dropped_events()
