@@ -10,7 +10,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use heaptag_analyzer::{run, Command, Format};
+use heaptag_analyzer::{Command, Format};
 use serde_json::Value;
 
 const JOBS: u64 = 2;
@@ -59,14 +59,8 @@ fn child_runs_prover() {
     std::process::exit(prover::run(&args));
 }
 
-fn json(cmd: Command) -> Value {
-    let mut out = Vec::new();
-    run(&cmd, &mut out).unwrap();
-    serde_json::from_slice(&out).unwrap()
-}
-
 fn dups(r: &Run) -> Value {
-    json(Command::Dups {
+    common::json(&Command::Dups {
         logs: vec![r.log.clone()],
         format: Format::Json,
     })["sources"][0]
@@ -74,21 +68,11 @@ fn dups(r: &Run) -> Value {
 }
 
 fn report(r: &Run) -> Value {
-    json(Command::Report {
+    common::json(&Command::Report {
         logs: vec![r.log.clone()],
         format: Format::Json,
     })["sources"][0]
         .clone()
-}
-
-fn verdict(d: &Value, stage: &str) -> Value {
-    d["verdicts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["stage"] == stage)
-        .cloned()
-        .unwrap_or_else(|| panic!("no verdict for {stage}: {d}"))
 }
 
 /// The run succeeded and every job says all its proofs verify, each alone
@@ -146,7 +130,7 @@ fn shared_once() {
     let d = dups(&r);
     assert!(d["unverified"].is_null(), "{d}");
     for stage in [prover::CONSTANTS_STAGE, prover::SRS_STAGE] {
-        let v = verdict(&d, stage);
+        let v = common::verdict(&d, stage);
         assert_eq!(
             (v["verdict"].as_str(), v["copies_made"].as_u64()),
             (Some("SHARED ONCE"), Some(0)),
@@ -204,11 +188,11 @@ fn duplicate_constants() {
     all_proofs_verified(&r);
     let d = dups(&r);
     let n = JOBS * PARTITIONS;
-    let v = verdict(&d, prover::CONSTANTS_STAGE);
+    let v = common::verdict(&d, prover::CONSTANTS_STAGE);
     assert_eq!(v["verdict"], "DUPLICATED", "{v}");
     assert_eq!(v["copies_made"], n, "one copy per partition of every job: {v}");
     assert_eq!(v["wasted_bytes"], n * prover::table_bytes(TABLE_MIB), "{v}");
-    assert_eq!(verdict(&d, prover::SRS_STAGE)["verdict"], "SHARED ONCE", "{d}");
+    assert_eq!(common::verdict(&d, prover::SRS_STAGE)["verdict"], "SHARED ONCE", "{d}");
     // Each copy is charged to the partition that made it.
     let rep = report(&r);
     for job in 1..=JOBS {
@@ -228,13 +212,17 @@ fn duplicate_srs() {
     let r = prover_run("duplicate_srs", "dup-srs", "--duplicate srs");
     all_proofs_verified(&r);
     let d = dups(&r);
-    let v = verdict(&d, prover::SRS_STAGE);
+    let v = common::verdict(&d, prover::SRS_STAGE);
     assert_eq!(v["verdict"], "DUPLICATED", "{v}");
     assert!(
         v["copies"].as_u64().unwrap() > JOBS * PARTITIONS,
         "the cache and a copy per partition: {v}"
     );
-    assert_eq!(verdict(&d, prover::CONSTANTS_STAGE)["verdict"], "SHARED ONCE", "{d}");
+    assert_eq!(
+        common::verdict(&d, prover::CONSTANTS_STAGE)["verdict"],
+        "SHARED ONCE",
+        "{d}"
+    );
 }
 
 #[test]

@@ -39,28 +39,12 @@ fn child_runs_pipeline() -> bool {
     common::child_runs_example(pipeline::run)
 }
 
-fn json(cmd: Command) -> Value {
-    let mut out = Vec::new();
-    run(&cmd, &mut out).unwrap();
-    serde_json::from_slice(&out).unwrap()
-}
-
 fn dups(log: &Path) -> Value {
-    json(Command::Dups {
+    common::json(&Command::Dups {
         logs: vec![log.to_path_buf()],
         format: Format::Json,
     })["sources"][0]
         .clone()
-}
-
-fn verdict(d: &Value, stage: &str) -> Value {
-    d["verdicts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["stage"] == stage)
-        .cloned()
-        .unwrap()
 }
 
 /// `heaptag check` with `max_copies = 1` on the PCE stage: did it fail?
@@ -90,7 +74,7 @@ fn check_fails(log: &Path) -> bool {
 /// Witness, a/b/c and GPU buffers: distinct data, never duplicates.
 fn per_partition_data_is_never_flagged(d: &Value) {
     for stage in ["synthesize_partition", "gpu_prove"] {
-        assert_eq!(verdict(d, stage)["verdict"], "SHARED ONCE", "{stage}: {d}");
+        assert_eq!(common::verdict(d, stage)["verdict"], "SHARED ONCE", "{stage}: {d}");
     }
 }
 
@@ -105,7 +89,7 @@ fn shared() {
     }
     let log = pipeline_log("shared", "shared", "");
     let d = dups(&log);
-    let v = verdict(&d, "pce_load");
+    let v = common::verdict(&d, "pce_load");
     assert_eq!(
         (v["verdict"].as_str(), v["copies"].as_u64()),
         (Some("SHARED ONCE"), Some(1)),
@@ -116,7 +100,7 @@ fn shared() {
 
     // Cross-thread frees (aux on the dealloc thread, a/b/c on rayon
     // workers): every partition is back to 0 tracked bytes at the end.
-    let r = json(Command::Report {
+    let r = common::json(&Command::Report {
         logs: vec![log.clone()],
         format: Format::Json,
     });
@@ -141,7 +125,7 @@ fn shared() {
     let pce = tags.iter().find(|t| t["stage"] == "pce_load").expect("pce_load tag");
     assert!(pce["job"].is_null() && pce["partition"].is_null(), "{pce}");
     let peaks = |by| -> Vec<(String, u64)> {
-        let t = json(Command::Timeline {
+        let t = common::json(&Command::Timeline {
             logs: vec![log.clone()],
             format: Format::Json,
             by,
@@ -181,7 +165,7 @@ fn per_partition() {
     }
     let log = pipeline_log("per_partition", "per-partition", "");
     let d = dups(&log);
-    let v = verdict(&d, "pce_load");
+    let v = common::verdict(&d, "pce_load");
     let n = JOBS * PARTITIONS;
     assert_eq!(v["verdict"], "DUPLICATED", "{v}");
     assert_eq!(v["copies"], n, "one copy per partition of every job: {v}");
@@ -197,7 +181,7 @@ fn cloned() {
     }
     let log = pipeline_log("cloned", "cloned", "");
     let d = dups(&log);
-    let v = verdict(&d, "pce_load");
+    let v = common::verdict(&d, "pce_load");
     let n = JOBS * PARTITIONS;
     assert_eq!(v["verdict"], "DUPLICATED", "{v}");
     assert_eq!(
@@ -217,7 +201,7 @@ fn race() {
     }
     let log = pipeline_log("race", "race", "");
     let d = dups(&log);
-    let v = verdict(&d, "pce_load");
+    let v = common::verdict(&d, "pce_load");
     assert_eq!(
         (v["verdict"].as_str(), v["copies"].as_u64()),
         (Some("DUPLICATED"), Some(2)),
@@ -254,7 +238,7 @@ fn hold_baseline_names_the_extra_holder_at_the_peak() {
         "shared",
         "--hold-baseline",
     );
-    let p = json(Command::Peak {
+    let p = common::json(&Command::Peak {
         logs: vec![log],
         format: Format::Json,
         top: 5,
@@ -266,7 +250,7 @@ fn hold_baseline_names_the_extra_holder_at_the_peak() {
     // during the jobs; the highest RSS *sample* may come after the
     // baseline was freed (jemalloc keeps freed pages a while), and then
     // there is nothing to name: order, not timing, decides what to assert.
-    let r = json(Command::Report {
+    let r = common::json(&Command::Report {
         logs: vec![p["sources"][0]["source"]["log"].as_str().unwrap().into()],
         format: Format::Json,
     });

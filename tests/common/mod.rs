@@ -98,6 +98,23 @@ pub fn report_json(log: &std::path::Path) -> serde_json::Value {
     serde_json::from_str(&out).unwrap()
 }
 
+/// An analyzer command's JSON output (the command asks for `--format json`).
+pub fn json(cmd: &heaptag_analyzer::Command) -> serde_json::Value {
+    serde_json::from_str(&analyze(cmd).0).unwrap()
+}
+
+/// The duplicate verdict for `stage` in one source of `heaptag dups --format
+/// json`.
+pub fn verdict(d: &serde_json::Value, stage: &str) -> serde_json::Value {
+    d["verdicts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["stage"] == stage)
+        .cloned()
+        .unwrap_or_else(|| panic!("no verdict for {stage}: {d}"))
+}
+
 /// `heaptag check` of `log` with `policy` (written beside the log as
 /// `NAME.toml`): (failed, output).
 pub fn check(log: &std::path::Path, name: &str, policy: &str) -> (bool, String) {
