@@ -1,7 +1,9 @@
 //! `heaptag::pprof::heap_profile()` in a process whose threads allocate and
 //! free (tracked and small blocks, under tags) while profiles are taken: it
 //! never deadlocks with the allocator, and once the threads are quiet its
-//! figures are the hand-computed live bytes and the snapshot's counters.
+//! figures are the hand-computed live bytes and the snapshot's counters;
+//! and a tag whose sample outweighs what it allocated keeps exact allocated
+//! figures.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -91,6 +93,58 @@ fn profiles_under_concurrent_allocation_then_exact_figures() {
     drop(kept);
     heaptag::finish();
     let _ = std::fs::remove_file(&log);
+}
+
+/// A tag whose one small block was sampled: the sample stands for
+/// `s / p(s)` bytes (p(s) = 1 - exp(-s/R), R = 512 KiB: at least R), far
+/// more than the tag allocated. Its in-use values are still the snapshot's
+/// estimate, and its allocated values still sum to its exact counters (the
+/// live sample gets the tag's exact small bytes as its share; clamping the
+/// rest at 0 used to leave the sample's whole weight there, which made
+/// `tests/pprof_server.rs` fail whenever a partition's small block was
+/// sampled). Deterministic: partitions are tried, each with one block,
+/// until one is sampled (p = 0.11 each; bounded).
+#[test]
+fn a_sample_outweighing_its_tags_allocations_keeps_the_exact_allocated_figures() {
+    const SIZE: usize = 60_000; // below the 64 KiB threshold: small, sampled
+    let mut kept = Vec::with_capacity(2000);
+    let sampled = (0..2000u32).find(|&k| {
+        let block = heaptag::Tag::new(None, Some("outweighed"), Some(k)).scope(|| vec![1u8; SIZE]);
+        kept.push(block);
+        let snap = heaptag::snapshot();
+        let t = snap
+            .tags_where(|t| t.stage == Some("outweighed") && t.partition == Some(k))
+            .next()
+            .unwrap();
+        t.small.sampled_live == 1
+    });
+    let k = sampled.expect("one of 2000 blocks sampled (each with p = 0.11)");
+    let p = heaptag_pprof::decode(&heaptag::pprof::heap_profile()).unwrap();
+    let snap = heaptag::snapshot();
+    let t = snap
+        .tags_where(|t| t.stage == Some("outweighed") && t.partition == Some(k))
+        .next()
+        .unwrap();
+    // Hand-computed: the tag allocated one block of SIZE bytes; its live
+    // estimate is that block's weight, some 555 KB.
+    assert_eq!((t.alloc_bytes, t.alloc_count), (SIZE as u64, 1));
+    assert!(t.live_bytes > 9 * SIZE as u64, "the weight outweighs the block: {t:?}");
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    let part = k.to_string();
+    let of_tag = |index: usize| -> i64 {
+        p.sample
+            .iter()
+            .filter(|x| {
+                x.label.iter().any(|l| s(l.key) == "stage" && s(l.str) == "outweighed")
+                    && x.label.iter().any(|l| s(l.key) == "partition" && s(l.str) == part)
+            })
+            .map(|x| x.value[index])
+            .sum()
+    };
+    assert_eq!(of_tag(3) as u64, t.live_bytes, "in use: the estimate");
+    assert_eq!(of_tag(1), SIZE as i64, "allocated: the tag's exact bytes");
+    assert_eq!(of_tag(0), 1, "allocated: the tag's one block");
+    drop(kept);
 }
 
 /// The cost of one profile with many live blocks, for docs/PERFORMANCE.md
