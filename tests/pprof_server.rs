@@ -228,10 +228,10 @@ fn the_daemon_serves_a_changing_heap_profile_and_metrics() {
     );
     // Per tag, the profile and the metrics agree (nothing tagged ran between
     // the two requests): in use = live bytes, allocated = allocated bytes,
-    // also in the runs (about 4%: 3 live rounds, each sampling some of
-    // partition 0's 7,000 small bytes with p = 1 - exp(-7000/R) = 1.3%)
-    // where a sample stands for some 525 KB, far more than the partition
-    // allocated small (`pprof_live.rs` makes that case happen every time).
+    // also in the runs (9 of HEAPTAG_SEED=1..150; 3 live rounds, each
+    // sampling some of partition 0's 7,000 small bytes with p = 1.3%) where
+    // a sample stands for some 525 KB, far more than the partition allocated
+    // small (`pprof_live.rs` makes that case happen every time).
     let tag = [("stage", "synthesize_partition"), ("partition", "0")];
     assert_eq!(sum(&p4, 3, &tag), metric(&m4, &format!("heaptag_live_bytes{p0}")));
     assert_eq!(sum(&p4, 1, &tag), alloc(&m4));
