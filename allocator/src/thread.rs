@@ -385,8 +385,7 @@ pub(crate) fn count_alloc_fast(size: u64) -> bool {
 pub(crate) fn count_alloc_sampled_slow(addr: usize, size: u64) -> bool {
     let own = STATE
         .try_with(|s| {
-            s.track_from
-                .set(crate::config::HOT.threshold.load(Ordering::Relaxed));
+            s.track_from.set(crate::config::HOT.threshold.load(Ordering::Relaxed));
             !s.counter.get().is_null()
         })
         .unwrap_or(false);
