@@ -117,8 +117,15 @@ impl<A: GlobalAlloc> Alloc<A> {
             // SAFETY: forwarded from our caller unchanged.
             return unsafe { self.inner_alloc::<ZEROED>(layout) };
         }
-        // SAFETY: forwarded from our caller unchanged.
-        unsafe { Self::alloc_counted::<ZEROED>(layout.size(), layout.align(), mode, self) }
+        // SAFETY: forwarded from our caller unchanged; `plain_align` is
+        // computed from the same layout.
+        unsafe {
+            if plain_align(layout) {
+                Self::alloc_counted::<ZEROED, true>(layout.size(), layout.align(), mode, self)
+            } else {
+                Self::alloc_counted::<ZEROED, false>(layout.size(), layout.align(), mode, self)
+            }
+        }
     }
 
     /// `alloc` with tracking on: the inner call and `on_alloc`'s counts and
@@ -131,10 +138,17 @@ impl<A: GlobalAlloc> Alloc<A> {
     /// As `GlobalAlloc::alloc`.
     /// Takes the layout as (size, align), the order of `__rust_alloc`'s
     /// arguments, and `self` last, so the jump here moves no register.
+    /// `PLAIN`: [`plain_align`] holds for the layout (the caller tested it).
     #[inline(never)]
-    unsafe fn alloc_counted<const ZEROED: bool>(size: usize, align: usize, mode: u8, this: &Self) -> *mut u8 {
-        // SAFETY: `size` and `align` came from a valid `Layout`.
-        let layout = unsafe { Layout::from_size_align_unchecked(size, align) };
+    unsafe fn alloc_counted<const ZEROED: bool, const PLAIN: bool>(
+        size: usize,
+        align: usize,
+        mode: u8,
+        this: &Self,
+    ) -> *mut u8 {
+        // SAFETY: `size` and `align` came from a valid `Layout`; with PLAIN
+        // the caller found `plain_align` true of them.
+        let layout = unsafe { counted_layout::<PLAIN>(size, align) };
         if mode != ON {
             // SAFETY: forwarded from our caller unchanged.
             return unsafe { this.alloc_uninit::<ZEROED>(layout) };
@@ -145,13 +159,11 @@ impl<A: GlobalAlloc> Alloc<A> {
             alloc_failed();
             return p;
         }
-        // Both ways out of line are tail calls: only the size is kept
-        // across the inner call.
+        // The way out of line is a tail call: only the size is kept across
+        // the inner call. The threshold test is in `count_alloc_fast`, on
+        // the thread's copy of it.
         if !thread::count_alloc_fast(size as u64) {
             return alloc_slow(p, size);
-        }
-        if size >= HOT.threshold.load(Ordering::Relaxed) {
-            return record_new(p, size);
         }
         p
     }
@@ -193,10 +205,12 @@ impl<A: GlobalAlloc> Alloc<A> {
     /// As `GlobalAlloc::dealloc`.
     /// Takes the layout as (size, align), the order of `__rust_dealloc`'s
     /// arguments, and `self` last, so the jump here moves no register.
+    /// `PLAIN`: [`plain_align`] holds for the layout (the caller tested it).
     #[inline(never)]
-    unsafe fn dealloc_counted(ptr: *mut u8, size: usize, align: usize, this: &Self) {
-        // SAFETY: `size` and `align` came from a valid `Layout`.
-        let layout = unsafe { Layout::from_size_align_unchecked(size, align) };
+    unsafe fn dealloc_counted<const PLAIN: bool>(ptr: *mut u8, size: usize, align: usize, this: &Self) {
+        // SAFETY: `size` and `align` came from a valid `Layout`; with PLAIN
+        // the caller found `plain_align` true of them.
+        let layout = unsafe { counted_layout::<PLAIN>(size, align) };
         if may_be_recorded(ptr as usize, size) {
             // SAFETY: our caller's guarantees, passed on.
             return unsafe { this.dealloc_recorded(ptr, layout) };
@@ -292,8 +306,15 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
             // SAFETY: forwarded from our caller unchanged.
             return unsafe { self.inner.dealloc(ptr, layout) };
         }
-        // SAFETY: forwarded from our caller unchanged.
-        unsafe { Self::dealloc_counted(ptr, layout.size(), layout.align(), self) }
+        // SAFETY: forwarded from our caller unchanged; `plain_align` is
+        // computed from the same layout.
+        unsafe {
+            if plain_align(layout) {
+                Self::dealloc_counted::<true>(ptr, layout.size(), layout.align(), self)
+            } else {
+                Self::dealloc_counted::<false>(ptr, layout.size(), layout.align(), self)
+            }
+        }
     }
 
     #[inline]
@@ -418,6 +439,39 @@ fn realloc_untracked(new: *mut u8, old_size: usize, new_size: usize) -> *mut u8 
     new
 }
 
+/// The alignment malloc gives every block (16 on 64-bit Linux): jemalloc's
+/// and the system allocator's `MIN_ALIGN`.
+const PLAIN_ALIGN: usize = 16;
+
+/// Whether `layout` needs no alignment beyond what malloc gives any block of
+/// its size (`align <= 16 && align <= size`): the test jemalloc's (and the
+/// system allocator's) `alloc` makes to choose `malloc` over `mallocx`, and
+/// `dealloc` to choose no flags. Made in the inlined caller, where a constant
+/// alignment folds most of it away, it picks a copy of the counted path in
+/// which [`counted_layout`] lets the compiler fold the inner allocator's own
+/// test: without it the out-of-line path would redo the whole test on every
+/// call, which bare jemalloc inlined into the same caller does not.
+#[inline(always)]
+fn plain_align(layout: Layout) -> bool {
+    layout.align() <= PLAIN_ALIGN && layout.align() <= layout.size()
+}
+
+/// The layout of (`size`, `align`), with `PLAIN` telling the compiler that
+/// [`plain_align`] holds for it.
+///
+/// # Safety
+/// `size` and `align` are a valid `Layout`'s; with `PLAIN`, `plain_align`
+/// is true of it.
+#[inline(always)]
+unsafe fn counted_layout<const PLAIN: bool>(size: usize, align: usize) -> Layout {
+    if PLAIN {
+        // SAFETY: the caller's guarantee.
+        unsafe { core::hint::assert_unchecked(align <= PLAIN_ALIGN && align <= size) };
+    }
+    // SAFETY: the caller's guarantee.
+    unsafe { Layout::from_size_align_unchecked(size, align) }
+}
+
 /// False when a block of this size at this address being freed surely has
 /// no record: it is small and no sampled block shares its filter granule
 /// (`sampling.rs`). True sends the free to the table, which has the last word.
@@ -435,14 +489,13 @@ fn on_alloc(p: *mut u8, size: usize) {
     }
     if !thread::count_alloc_fast(size as u64) {
         alloc_slow(p, size);
-    } else if size >= HOT.threshold.load(Ordering::Relaxed) {
-        record_new(p, size);
     }
 }
 
 /// A new block `p` whose counting needs more than the fast path (a sample
-/// point crossed, or no counter of the thread's own): counts it if it was
-/// not counted, records it if sampled or tracked; returns `p`.
+/// point crossed, a block at or above the thread's copy of the threshold,
+/// or no counter of the thread's own): counts it if it was not counted,
+/// records it if sampled or tracked (by the real threshold); returns `p`.
 #[cold]
 #[inline(never)]
 fn alloc_slow(p: *mut u8, size: usize) -> *mut u8 {

@@ -260,6 +260,14 @@ struct ThreadState {
     sample_left: Cell<i64>,
     /// The thread's sample-point generator (0: not seeded yet).
     rng: Cell<u64>,
+    /// This thread's copy of the tracking threshold (`HOT.threshold`) for
+    /// the allocation fast path; 0 until the thread's first slow-path
+    /// allocation with tracking on copies it (`count_alloc_sampled_slow`), so
+    /// until then every allocation takes the slow path, which decides by
+    /// the real threshold. A thread-local beside the countdown, so the fast
+    /// path's test after the inner call needs no pointer to `HOT` kept
+    /// across that call (and the switched-off path of `alloc` no stack frame).
+    track_from: Cell<usize>,
     /// The current tag id.
     tag: Cell<u32>,
     /// This thread's number (0 until it first allocates).
@@ -283,6 +291,7 @@ thread_local! {
         ThreadState {
             sample_left: Cell::new(0),
             rng: Cell::new(0),
+            track_from: Cell::new(0),
             tag: Cell::new(0),
             thread: Cell::new(0),
             own: Cell::new(ptr::null()),
@@ -340,12 +349,13 @@ pub(crate) fn count_alloc(size: u64) {
 }
 
 /// Counts an allocation of `size` bytes under the calling thread's tag and
-/// runs its sample countdown: true when that is all (not sampled); false
-/// when the caller must go on with [`count_alloc_sampled_slow`] (the
-/// countdown crossed a sample point, or the thread has no counter of its
-/// own and nothing was counted). The hot path of every allocation with
-/// tracking on: two adds to the thread's counter, one subtraction from its
-/// countdown, two tests.
+/// runs its sample countdown: true when that is all (not sampled, below the
+/// tracking threshold); false when the caller must go on with
+/// [`count_alloc_sampled_slow`] (the countdown crossed a sample point, the
+/// block may be tracked, or the thread has no counter of its own and
+/// nothing was counted). The hot path of every allocation with tracking on:
+/// two adds to the thread's counter, one subtraction from its countdown,
+/// three tests, all on thread-local memory.
 #[inline(always)]
 pub(crate) fn count_alloc_fast(size: u64) -> bool {
     STATE
@@ -360,17 +370,25 @@ pub(crate) fn count_alloc_fast(size: u64) -> bool {
             add_owned(&c.alloc_count, 1);
             let left = s.sample_left.get().wrapping_sub(size as i64);
             s.sample_left.set(left);
-            left >= 0
+            left >= 0 && (size as usize) < s.track_from.get()
         })
         .unwrap_or(false)
 }
 
-/// After [`count_alloc_fast`] returned false for the block at `addr`: either
-/// the countdown crossed a sample point, or the thread has no counter of its
-/// own yet (first allocation, pool exhausted, torn down) and the block is
-/// counted here. Returns whether the block is sampled.
+/// After [`count_alloc_fast`] returned false for the block at `addr`: the
+/// countdown crossed a sample point, or the block is at or above the
+/// thread's copy of the threshold (the caller tests the real one), or the
+/// thread has no counter of its own yet (first allocation, pool exhausted,
+/// torn down) and the block is counted here. Refreshes the thread's copy of
+/// the threshold (tracking is on: the settings are final). Returns whether
+/// the block is sampled.
 pub(crate) fn count_alloc_sampled_slow(addr: usize, size: u64) -> bool {
-    let own = STATE.try_with(|s| !s.counter.get().is_null()).unwrap_or(false);
+    let own = STATE
+        .try_with(|s| {
+            s.track_from.set(crate::config::HOT.threshold.load(Ordering::Relaxed));
+            !s.counter.get().is_null()
+        })
+        .unwrap_or(false);
     if !own {
         count_alloc_slow(size);
     }

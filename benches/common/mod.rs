@@ -95,14 +95,52 @@ pub fn c_pairs(size: usize, threads: usize, iters: usize, bare_jemalloc: bool, t
     start.elapsed().as_nanos() as f64 / iters as f64
 }
 
+/// Pins the calling thread to the CPU it is running on, so that a
+/// single-threaded measurement is not migrated between cores (a migration
+/// costs it cold caches mid-run); false when the kernel refused.
+fn pin_to_current_cpu() -> bool {
+    // SAFETY: sched_getcpu has no preconditions; `set` is a zeroed cpu_set_t
+    // (a valid empty set) that CPU_SET fills within its bounds (the CPU
+    // number is checked against the set's size), and sched_setaffinity only
+    // reads it.
+    unsafe {
+        let cpu = libc::sched_getcpu();
+        if cpu < 0 || cpu as usize >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
+            return false;
+        }
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
+/// Repetitions of each small-pair measurement (`pairs_median`).
+pub const PAIR_REPS: usize = 5;
+
+/// [`pairs`] run `reps` times; the median ns per pair. A small pair takes a
+/// few ns, so one run of a few million pairs lasts tens of ms, of the order of
+/// a scheduler time slice on a shared machine: one preempted run would move
+/// a single measurement by 10-20%, where it moves the median of several
+/// not at all. Every repetition does the same work as a single run would, so
+/// the figure is the same loop's cost, not a best case.
+pub fn pairs_median(size: usize, threads: usize, iters: usize, reps: usize) -> f64 {
+    let mut v: Vec<f64> = (0..reps.max(1)).map(|_| pairs(size, threads, iters)).collect();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
 /// Allocation + free pairs of one size on `threads` threads; ns per pair
-/// (per thread: wall time / pairs done by one thread).
+/// (per thread: wall time / pairs done by one thread). A single thread is
+/// pinned to the CPU it starts on (`pin_to_current_cpu`).
 pub fn pairs(size: usize, threads: usize, iters: usize) -> f64 {
     let layout = Layout::from_size_align(size, 8).unwrap();
     let start = Instant::now();
     let hs: Vec<_> = (0..threads)
         .map(|_| {
             std::thread::spawn(move || {
+                if threads == 1 {
+                    pin_to_current_cpu();
+                }
                 for i in 0..iters {
                     // SAFETY: non-zero size; the block is freed with its layout.
                     unsafe {
@@ -244,9 +282,16 @@ pub fn main_with(variant: &str, tags: bool) {
             if !o.wants(&name) || only_size.is_some_and(|n| n != size) {
                 continue;
             }
-            let iters = ((if size >= 64 << 10 { 200_000 } else { 5_000_000 }) / k).max(100);
-            let ns = pairs(size, threads, iters);
-            out(&name, size.to_string(), ns, ns * iters as f64);
+            // Small pairs: the median of PAIR_REPS runs of 4 M pairs (see
+            // `pairs_median`); large ones take ~250 ns a pair, 50 ms a run.
+            let (iters, reps) = if size >= 64 << 10 {
+                (200_000, 1)
+            } else {
+                (4_000_000, PAIR_REPS)
+            };
+            let iters = (iters / k).max(100);
+            let ns = pairs_median(size, threads, iters, reps);
+            out(&name, size.to_string(), ns, ns * (iters * reps) as f64);
         }
     }
     for threads in [1usize, 2] {
