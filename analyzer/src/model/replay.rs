@@ -545,12 +545,17 @@ impl Model {
             } => {
                 let t = self.time(time_ns);
                 if let Some(b) = self.live.get_mut(&addr) {
-                    let fp = Fp {
-                        hash,
-                        fill: meta.fill,
-                        full: meta.full,
-                    };
-                    b.observe(Obs::fingerprint(t, fp, meta.when));
+                    // Observations reach a report only through the kept
+                    // lifetimes (`dups`, `check`): without them, the
+                    // fingerprint is only counted.
+                    if self.want_intervals {
+                        let fp = Fp {
+                            hash,
+                            fill: meta.fill,
+                            full: meta.full,
+                        };
+                        b.observe(Obs::fingerprint(t, fp, meta.when));
+                    }
                     self.fingerprints += 1;
                 }
             }
