@@ -190,7 +190,14 @@ macro_rules! records {
                     $( $rcode => Record::$rkind { $( $rfield: <$renc as Field>::get(d, c)?, )* }, )*
                     _ => return Ok(None),
                 };
-                Ok(Some(f(&mut r)))
+                let out = f(&mut r);
+                if r.kind().is_ring_event() {
+                    // An allocator event owns nothing (its fields are
+                    // `Event`'s, which is `Copy`): no drop glue to call
+                    // out of line for each record.
+                    std::mem::forget(r);
+                }
+                Ok(Some(out))
             }
         }
 
