@@ -255,12 +255,17 @@ impl Model {
         self.prune.next = self.intervals.len().saturating_mul(2).max(self.intervals_kept);
     }
 
+    #[inline]
     pub(super) fn end_block(&mut self, b: Block, t: u64) {
         if b.native {
             self.native_shrink(b.tag, b.size, true);
         }
         self.shrink(b.tag, b.stack, b.size, true);
-        self.keep_lifetime(b, Some(t));
+        // (checked here too: without lifetimes kept, a free neither calls
+        // out nor moves the block)
+        if self.want_intervals {
+            self.keep_lifetime(b, Some(t));
+        }
     }
 
     /// A tracked block allocated (its peaks stamped `t`).
