@@ -630,32 +630,50 @@ impl<R: Read> LogReader<R> {
     }
 }
 
-impl<R: Read> Iterator for LogReader<R> {
-    type Item = Record;
-
-    /// Small and inlined into the caller's loop (the record is built where
-    /// it is used instead of being copied out through the return slot);
-    /// frame changes and damage are out of line.
+impl<R: Read> LogReader<R> {
+    /// Reads the next record and hands it to `f` with its byte offset,
+    /// where it was decoded: `f`'s result, `None` at the end of the log.
+    ///
+    /// The fast way to read a whole log: [`next`](Iterator::next) returns
+    /// each record by value, and moving a freshly decoded record costs a
+    /// store-forwarding stall (wide loads over the narrow stores that just
+    /// wrote it); `f` reads the fields where they were written. `f` may
+    /// take the record's strings and lists (`std::mem::take`): the reader
+    /// does not look at the record after `f`.
     #[inline(always)]
-    fn next(&mut self) -> Option<Record> {
+    pub fn next_with<T>(&mut self, f: impl FnOnce(&mut Record, u64) -> T) -> Option<T> {
+        let mut f = Some(f);
         loop {
             if self.pos < self.frame_len {
                 let base = self.frame_base + self.pos as u64;
                 let at = (self.frame_base - self.win.base) as usize;
                 let mut c = Cursor::new(&self.win.buf[at + self.pos..at + self.frame_len], base);
-                match Record::decode_known(&mut self.deltas, &mut c, self.header.version) {
-                    Ok(Some(r)) => {
+                let ended = self.ended;
+                // `None` from the closure: a record after the End record
+                // (not used); else whether it is the End record, and `f`'s
+                // result.
+                let step = |r: &mut Record| {
+                    if ended {
+                        return None;
+                    }
+                    let is_end = r.kind() == Kind::End;
+                    f.take().map(|f| (is_end, f(r, base)))
+                };
+                match Record::decode_known_with(&mut self.deltas, &mut c, self.header.version, step) {
+                    Ok(Some(step)) => {
                         let used = c.offset() - base;
                         self.pos += used as usize;
-                        if self.ended {
-                            self.after_end(base, used);
-                            continue;
+                        match step {
+                            Some((is_end, out)) => {
+                                self.ended |= is_end;
+                                self.last_record = base;
+                                return Some(out);
+                            }
+                            None => {
+                                self.after_end(base, used);
+                                continue;
+                            }
                         }
-                        if r.kind() == Kind::End {
-                            self.ended = true;
-                        }
-                        self.last_record = base;
-                        return Some(r);
                     }
                     Ok(None) => {
                         self.pos += (c.offset() - base) as usize;
@@ -670,6 +688,18 @@ impl<R: Read> Iterator for LogReader<R> {
                 return None;
             }
         }
+    }
+}
+
+impl<R: Read> Iterator for LogReader<R> {
+    type Item = Record;
+
+    /// Small and inlined into the caller's loop; frame changes and damage
+    /// are out of line. [`next_with`](LogReader::next_with) is faster for a
+    /// whole log (no move of the decoded record).
+    #[inline(always)]
+    fn next(&mut self) -> Option<Record> {
+        self.next_with(|r, _| std::mem::replace(r, Record::Pad { len: 0 }))
     }
 }
 

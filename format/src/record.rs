@@ -515,19 +515,21 @@ impl Record {
         })
     }
 
-    /// As [`Record::decode`], with `Ok(None)` for a kind this version does
-    /// not know (skipped by its length): the reader's loop, where the record
-    /// goes straight to its caller without a wrapper to copy it out of.
+    /// As [`Record::decode`], handing the record to `f` where it was built
+    /// (see `decode_body_with`), with `Ok(None)` for a kind this version
+    /// does not know (skipped by its length; `f` is not called then): the
+    /// reader's loop, where the record goes straight to its consumer.
     #[inline(always)]
-    pub(crate) fn decode_known(
+    pub(crate) fn decode_known_with<T>(
         d: &mut Deltas,
         c: &mut Cursor<'_>,
         version: u16,
-    ) -> Result<Option<Record>, DecodeError> {
+        f: impl FnOnce(&mut Record) -> T,
+    ) -> Result<Option<T>, DecodeError> {
         let at = c.offset();
         let code = c.u8()?;
         if version < 2 {
-            return match Record::decode_body(code, d, c)? {
+            return match Record::decode_body_with(code, d, c, f)? {
                 Some(r) => Ok(Some(r)),
                 None => Err(DecodeError {
                     offset: at,
@@ -543,7 +545,7 @@ impl Record {
             });
         }
         let mut body = c.take(len)?;
-        Record::decode_body(code, d, &mut body)
+        Record::decode_body_with(code, d, &mut body, f)
     }
 
     /// True for the records that describe one allocator event (the ones the

@@ -172,6 +172,33 @@ macro_rules! records {
                     _ => return Ok(None),
                 }))
             }
+
+            /// As [`decode_body`](Record::decode_body), handing the record
+            /// to `f` where it was built instead of returning it: moving a
+            /// freshly decoded record (into an `Option`, out of a `Result`)
+            /// copies it with wide loads over the narrow stores that just
+            /// wrote it, a store-forwarding stall per record.
+            #[inline(always)]
+            pub(crate) fn decode_body_with<T>(
+                code: u8,
+                d: &mut Deltas,
+                c: &mut Cursor<'_>,
+                f: impl FnOnce(&mut Record) -> T,
+            ) -> Result<Option<T>, DecodeError> {
+                let mut r = match code {
+                    $( $ecode => Record::$ekind { $( $efield: <$eenc as Field>::get(d, c)?, )* }, )*
+                    $( $rcode => Record::$rkind { $( $rfield: <$renc as Field>::get(d, c)?, )* }, )*
+                    _ => return Ok(None),
+                };
+                let out = f(&mut r);
+                if r.kind().is_ring_event() {
+                    // An allocator event owns nothing (its fields are
+                    // `Event`'s, which is `Copy`): no drop glue to call
+                    // out of line for each record.
+                    std::mem::forget(r);
+                }
+                Ok(Some(out))
+            }
         }
 
         impl RecordRef<'_> {

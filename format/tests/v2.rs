@@ -522,3 +522,51 @@ fn an_allocator_log_without_frame_0_is_damaged() {
     let (_, problems, _) = read_all(&h);
     assert_eq!(problems, [ProblemKind::MissingFrames { expected: 0, found: 1 }]);
 }
+
+#[test]
+fn next_with_hands_over_what_next_returns_with_the_same_offsets_and_damage() {
+    // Every kind (End last), an unknown kind before them, then a record
+    // after the End record (damage: not used), in two frames.
+    let mut all: Vec<Record> = Kind::ALL.iter().map(|&k| sample(k)).collect();
+    all.sort_by_key(|r| r.kind() == Kind::End);
+    let mut d = heaptag_format::Deltas::default();
+    let mut first = vec![200, 3, 1, 2, 3];
+    let mut second = Vec::new();
+    let half = all.len() / 2;
+    for (i, r) in all.iter().enumerate() {
+        if i == half {
+            // The delta state restarts at every frame.
+            d = heaptag_format::Deltas::default();
+        }
+        r.encode(&mut d, if i < half { &mut first } else { &mut second });
+    }
+    Record::Dropped { time_ns: 9, events: 4 }.encode(&mut d, &mut second);
+    let mut bytes = header_bytes();
+    frame_with(1, &first, &mut bytes);
+    frame_with(2, &second, &mut bytes);
+    let mut a = LogReader::new(&bytes[..]).unwrap();
+    let mut by_next = Vec::new();
+    while let Some(r) = a.next() {
+        by_next.push((r, a.record_offset()));
+    }
+    let mut b = LogReader::new(&bytes[..]).unwrap();
+    let mut by_with = Vec::new();
+    // The consumer may take what the record owns.
+    while let Some(got) = b.next_with(|r, at| (std::mem::replace(r, Record::Pad { len: 0 }), at)) {
+        assert_eq!(b.record_offset(), got.1);
+        by_with.push(got);
+    }
+    assert_eq!(by_with, by_next);
+    assert_eq!(by_with.iter().map(|e| e.0.clone()).collect::<Vec<_>>(), all);
+    assert_eq!(
+        (a.problems(), a.unknown_records(), a.ended()),
+        (b.problems(), b.unknown_records(), b.ended())
+    );
+    assert_eq!(b.unknown_records(), 1);
+    assert!(
+        matches!(b.problems(), [p] if p.kind == ProblemKind::AfterEnd { records: 1 }),
+        "{:?}",
+        b.problems()
+    );
+    assert!(b.next_with(|_, _| ()).is_none());
+}

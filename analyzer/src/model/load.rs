@@ -130,12 +130,18 @@ impl Model {
             m.seg.first_seen = None;
             let mut progress = Progress::new(path, if stop_at.is_some() { "peak" } else { "replay" });
             let mut stopped = false;
-            while let Some(rec) = r.next() {
-                m.records += 1;
-                m.apply(rec);
-                if m.overflowed && m.overflow_at.is_none() {
-                    m.overflow_at = Some(r.record_offset());
-                }
+            // The record stays where the reader decoded it: `apply` reads
+            // it in place (`LogReader::next_with`).
+            while r
+                .next_with(|rec, at| {
+                    m.records += 1;
+                    m.apply(rec);
+                    if m.overflowed && m.overflow_at.is_none() {
+                        m.overflow_at = Some(at);
+                    }
+                })
+                .is_some()
+            {
                 if stop_at == Some(m.records) {
                     m.attributed_composition = Some(m.compose());
                     stopped = true;

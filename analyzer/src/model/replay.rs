@@ -255,12 +255,17 @@ impl Model {
         self.prune.next = self.intervals.len().saturating_mul(2).max(self.intervals_kept);
     }
 
+    #[inline]
     pub(super) fn end_block(&mut self, b: Block, t: u64) {
         if b.native {
             self.native_shrink(b.tag, b.size, true);
         }
         self.shrink(b.tag, b.stack, b.size, true);
-        self.keep_lifetime(b, Some(t));
+        // (checked here too: without lifetimes kept, a free neither calls
+        // out nor moves the block)
+        if self.want_intervals {
+            self.keep_lifetime(b, Some(t));
+        }
     }
 
     /// A tracked block allocated (its peaks stamped `t`).
@@ -339,25 +344,30 @@ impl Model {
         self.overflowed |= of;
     }
 
-    pub(super) fn apply(&mut self, rec: Record) {
+    /// Applies one record. By reference: the reader's loop decodes the
+    /// record in place and this reads its fields there (moving a decoded
+    /// record into the call cost a store-forwarding stall per record, the
+    /// replay's largest single cost); the few records that own strings or
+    /// lists give them up with `mem::take`.
+    pub(super) fn apply(&mut self, rec: &mut Record) {
         if rec.is_event() {
             self.events += 1;
         }
         if (self.seg.mode != super::segments::Mode::Off || matches!(rec, Record::Segment { .. }))
-            && self.segment_record(&rec)
+            && self.segment_record(rec)
         {
             return;
         }
-        match rec {
+        match *rec {
             Record::TagDef {
                 id,
                 job,
-                stage,
+                ref mut stage,
                 partition,
             } => {
                 let key = TagKey {
                     job,
-                    stage: stage.map(printable),
+                    stage: stage.take().map(printable),
                     partition,
                     ..TagKey::default()
                 };
@@ -386,12 +396,12 @@ impl Model {
                 time_ns,
                 job,
                 partition,
-                stage,
+                ref mut stage,
             } => {
                 self.time(time_ns);
                 let key = TagKey {
                     job,
-                    stage: stage.map(printable),
+                    stage: stage.take().map(printable),
                     partition,
                     ..TagKey::default()
                 };
@@ -405,17 +415,17 @@ impl Model {
                     }
                 }
             }
-            Record::StackDef { id, frames } => {
-                self.stacks.insert(id, frames);
+            Record::StackDef { id, ref mut frames } => {
+                self.stacks.insert(id, std::mem::take(frames));
                 self.site_acc.defined();
             }
             Record::Symbol {
                 addr,
-                function,
-                file,
+                ref mut function,
+                ref mut file,
                 line,
             } => {
-                let (function, file) = (printable(function), printable(file));
+                let (function, file) = (printable(std::mem::take(function)), printable(std::mem::take(file)));
                 let sym = Sym { function, file, line };
                 // Repeated: the functions the address was inlined into, in order.
                 match self.symbols.entry(addr) {
@@ -540,20 +550,25 @@ impl Model {
             } => {
                 let t = self.time(time_ns);
                 if let Some(b) = self.live.get_mut(&addr) {
-                    let fp = Fp {
-                        hash,
-                        fill: meta.fill,
-                        full: meta.full,
-                    };
-                    b.observe(Obs::fingerprint(t, fp, meta.when));
+                    // Observations reach a report only through the kept
+                    // lifetimes (`dups`, `check`): without them, the
+                    // fingerprint is only counted.
+                    if self.want_intervals {
+                        let fp = Fp {
+                            hash,
+                            fill: meta.fill,
+                            full: meta.full,
+                        };
+                        b.observe(Obs::fingerprint(t, fp, meta.when));
+                    }
                     self.fingerprints += 1;
                 }
             }
-            Record::Mark { time_ns, label } => {
+            Record::Mark { time_ns, ref mut label } => {
                 let t = self.time(time_ns);
-                self.marks.push((t, printable(label)));
+                self.marks.push((t, printable(std::mem::take(label))));
             }
-            Record::Counters { time_ns, tags } => {
+            Record::Counters { time_ns, ref tags } => {
                 self.time(time_ns);
                 for c in tags {
                     // Cumulative per id lifetime: a tag's figure is the sum
@@ -657,7 +672,7 @@ impl Model {
                 time_ns,
                 pid,
                 ppid,
-                cmdline,
+                ref mut cmdline,
             } => {
                 self.time(time_ns);
                 if let std::collections::hash_map::Entry::Vacant(e) = self.proc_index.entry(pid) {
@@ -665,7 +680,7 @@ impl Model {
                     self.procs.push(ProcAcc {
                         pid,
                         ppid,
-                        cmdline: printable(cmdline),
+                        cmdline: printable(std::mem::take(cmdline)),
                         ..ProcAcc::default()
                     });
                 }
@@ -698,9 +713,7 @@ impl Model {
             Record::Segment { time_ns, .. } => {
                 self.time(time_ns);
             }
-            r @ (Record::Carried { .. } | Record::CarriedSample { .. } | Record::CarriedExternal { .. }) => {
-                self.carried(r)
-            }
+            Record::Carried { .. } | Record::CarriedSample { .. } | Record::CarriedExternal { .. } => self.carried(rec),
         }
     }
 

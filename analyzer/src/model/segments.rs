@@ -425,9 +425,9 @@ impl Model {
 
     /// A carried record outside a segment's start: applied as it says
     /// (added to what is known).
-    pub(super) fn carried(&mut self, r: Record) {
+    pub(super) fn carried(&mut self, r: &Record) {
         let t = self.end_ns;
-        match r {
+        match *r {
             Record::Carried {
                 time_ns,
                 tag,
