@@ -623,7 +623,11 @@ mod tests {
         for len in lengths() {
             for b in [0u8, 9] {
                 // An empty block reads as zero filled.
-                let want = if b == 0 || len == 0 { Fill::Zero } else { Fill::Constant(b) };
+                let want = if b == 0 || len == 0 {
+                    Fill::Zero
+                } else {
+                    Fill::Constant(b)
+                };
                 let mut v = vec![b; len];
                 for (path, got) in full_paths(&v) {
                     assert_eq!(got.fill, want, "{path}, len {len}, fill {b}");
