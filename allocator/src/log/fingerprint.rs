@@ -5,8 +5,11 @@
 //! content can. A sampled fingerprint is the length plus a 64-bit hash of 64
 //! blocks of 64 bytes spread evenly over the buffer (4 KiB read, whatever its
 //! size). A full one (`HEAPTAG_FINGERPRINT_FULL=1`) is XXH3-64 of every byte
-//! (the `xxhash-rust` crate: a well-studied hash, SIMD on x86_64, no
-//! allocation), the algorithm the log's header names (`docs/FORMAT.md`).
+//! (a well-studied hash; no allocation), the algorithm the log's header names
+//! (`docs/FORMAT.md`): with AVX2 (detected at run time) heaptag's own
+//! in-place loop ([`avx2`]), otherwise the `xxhash-rust` crate on copies
+//! ([`full_copied`]); the same value, which the tests check against
+//! `xxhash-rust` and `twox-hash`.
 //! Blocks whose every byte read is the same value (a fresh `vec![0; n]`) are
 //! flagged as zero or constant filled, and are never reported as duplicates.
 
@@ -611,6 +614,7 @@ mod tests {
         if has_avx2() {
             assert!(checked_avx2 > 50, "the AVX2 path ran ({checked_avx2} cases)");
         }
+        let _ = checked_avx2;
         let a: Vec<u8> = (0..100_000u32).map(|i| (i * 7 + i / 13) as u8).collect();
         let mut b = a.clone();
         b[99_999] ^= 1;
