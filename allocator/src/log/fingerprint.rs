@@ -297,36 +297,45 @@ mod avx2 {
         #[inline]
         #[target_feature(enable = "avx2")]
         unsafe fn stripe(&mut self, p: *const u8, key: usize) {
-            for (i, acc) in self.acc.iter_mut().enumerate() {
-                // SAFETY: `32 * i + 32 <= 64`: inside the stripe.
-                let data = unsafe { load32(p.add(32 * i)) };
-                self.diff = _mm256_or_si256(self.diff, _mm256_xor_si256(data, self.pattern));
-                // SAFETY: `key + 32 * i + 32 <= SECRET.len()`, the caller's
-                // guarantee; an unaligned load.
-                let k = unsafe { _mm256_loadu_si256(SECRET.as_ptr().add(key + 32 * i).cast()) };
-                let dk = _mm256_xor_si256(data, k);
-                // Each 64-bit lane: its low 32 bits times its high 32 bits.
-                let product = _mm256_mul_epu32(dk, _mm256_shuffle_epi32::<0b00_11_00_01>(dk));
-                // The data with its 64-bit lanes swapped in pairs.
-                let swapped = _mm256_shuffle_epi32::<0b01_00_11_10>(data);
-                *acc = _mm256_add_epi64(product, _mm256_add_epi64(*acc, swapped));
+            // SAFETY: the CPU has AVX2 (one block: Rust before 1.87 has
+            // every intrinsic unsafe); `32 * i + 32 <= 64`, so the loads
+            // stay inside the stripe and `key + 32 * i + 32 <= SECRET.len()`
+            // inside the secret (unaligned loads).
+            unsafe {
+                for (i, acc) in self.acc.iter_mut().enumerate() {
+                    let data = load32(p.add(32 * i));
+                    self.diff = _mm256_or_si256(self.diff, _mm256_xor_si256(data, self.pattern));
+                    let k = _mm256_loadu_si256(SECRET.as_ptr().add(key + 32 * i).cast());
+                    let dk = _mm256_xor_si256(data, k);
+                    // Each 64-bit lane: its low 32 bits times its high 32 bits.
+                    let product = _mm256_mul_epu32(dk, _mm256_shuffle_epi32::<0b00_11_00_01>(dk));
+                    // The data with its 64-bit lanes swapped in pairs.
+                    let swapped = _mm256_shuffle_epi32::<0b01_00_11_10>(data);
+                    *acc = _mm256_add_epi64(product, _mm256_add_epi64(*acc, swapped));
+                }
             }
         }
 
         /// `XXH3_scrambleAcc_avx2`, after each block.
+        ///
+        /// # Safety
+        /// The CPU has AVX2.
         #[inline]
         #[target_feature(enable = "avx2")]
-        fn scramble(&mut self) {
-            let prime = _mm256_set1_epi32(PRIME32_1 as i32);
-            for (i, acc) in self.acc.iter_mut().enumerate() {
-                let a = _mm256_xor_si256(*acc, _mm256_srli_epi64::<47>(*acc));
-                // SAFETY: `SCRAMBLE_AT + 32 * i + 32 <= SECRET.len()`.
-                let k = unsafe { _mm256_loadu_si256(SECRET.as_ptr().add(SCRAMBLE_AT + 32 * i).cast()) };
-                let dk = _mm256_xor_si256(a, k);
-                // dk * PRIME32_1 in each 64-bit lane, from 32x32 products.
-                let lo = _mm256_mul_epu32(dk, prime);
-                let hi = _mm256_mul_epu32(_mm256_shuffle_epi32::<0b00_11_00_01>(dk), prime);
-                *acc = _mm256_add_epi64(lo, _mm256_slli_epi64::<32>(hi));
+        unsafe fn scramble(&mut self) {
+            // SAFETY: the CPU has AVX2; `SCRAMBLE_AT + 32 * i + 32 <=
+            // SECRET.len()` (unaligned loads).
+            unsafe {
+                let prime = _mm256_set1_epi32(PRIME32_1 as i32);
+                for (i, acc) in self.acc.iter_mut().enumerate() {
+                    let a = _mm256_xor_si256(*acc, _mm256_srli_epi64::<47>(*acc));
+                    let k = _mm256_loadu_si256(SECRET.as_ptr().add(SCRAMBLE_AT + 32 * i).cast());
+                    let dk = _mm256_xor_si256(a, k);
+                    // dk * PRIME32_1 in each 64-bit lane, from 32x32 products.
+                    let lo = _mm256_mul_epu32(dk, prime);
+                    let hi = _mm256_mul_epu32(_mm256_shuffle_epi32::<0b00_11_00_01>(dk), prime);
+                    *acc = _mm256_add_epi64(lo, _mm256_slli_epi64::<32>(hi));
+                }
             }
         }
     }
@@ -349,42 +358,43 @@ mod avx2 {
     /// CPU has AVX2.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn full(p: *const u8, size: usize) -> Fingerprint {
-        // SAFETY: `size > MIN_LEN >= 32`.
-        let first = _mm_cvtsi128_si32(_mm256_castsi256_si128(unsafe { load32(p) })) as u8;
-        let mut s = State {
-            acc: [
-                _mm256_set_epi64x(PRIME64_3 as i64, PRIME64_2 as i64, PRIME64_1 as i64, PRIME32_3 as i64),
-                _mm256_set_epi64x(PRIME32_1 as i64, PRIME64_5 as i64, PRIME32_2 as i64, PRIME64_4 as i64),
-            ],
-            diff: _mm256_setzero_si256(),
-            pattern: _mm256_set1_epi8(first as i8),
-        };
-        let blocks = (size - 1) / BLOCK;
-        for b in 0..blocks {
-            for st in 0..STRIPES {
-                // SAFETY: `b * BLOCK + BLOCK <= size - 1`: inside the block;
-                // `st * 8 + 64 <= SECRET.len()`.
-                unsafe { s.stripe(p.add(b * BLOCK + st * 64), st * 8) };
+        // SAFETY: the CPU has AVX2, the caller's guarantee (one block: Rust
+        // before 1.87 has every intrinsic unsafe). Every stripe read is
+        // inside `p..p+size`: a whole block ends at `(b + 1) * BLOCK <=
+        // blocks * BLOCK <= size - 1`; the partial block's stripes end at
+        // `blocks * BLOCK + stripes * 64 <= size - 1`; the last stripe is
+        // `size - 64..size` (`size > MIN_LEN > 64`), as is the first load.
+        // Keys: `st * 8 + 64 <= SECRET.len()` for `st < STRIPES`, and
+        // `LAST_AT + 64 <= SECRET.len()`. `acc` is 64 writable bytes.
+        let (acc, first, uniform) = unsafe {
+            let first = _mm_cvtsi128_si32(_mm256_castsi256_si128(load32(p))) as u8;
+            let mut s = State {
+                acc: [
+                    _mm256_set_epi64x(PRIME64_3 as i64, PRIME64_2 as i64, PRIME64_1 as i64, PRIME32_3 as i64),
+                    _mm256_set_epi64x(PRIME32_1 as i64, PRIME64_5 as i64, PRIME32_2 as i64, PRIME64_4 as i64),
+                ],
+                diff: _mm256_setzero_si256(),
+                pattern: _mm256_set1_epi8(first as i8),
+            };
+            let blocks = (size - 1) / BLOCK;
+            for b in 0..blocks {
+                for st in 0..STRIPES {
+                    s.stripe(p.add(b * BLOCK + st * 64), st * 8);
+                }
+                s.scramble();
             }
-            s.scramble();
-        }
-        // The last, partial block: whole stripes short of the last byte.
-        let stripes = (size - 1 - blocks * BLOCK) / 64;
-        for st in 0..stripes {
-            // SAFETY: `blocks * BLOCK + stripes * 64 <= size - 1`;
-            // `stripes < STRIPES`.
-            unsafe { s.stripe(p.add(blocks * BLOCK + st * 64), st * 8) };
-        }
-        // The last 64 bytes (overlapping the stripes before them).
-        // SAFETY: `size > 64`; `LAST_AT + 64 <= SECRET.len()`.
-        unsafe { s.stripe(p.add(size - 64), LAST_AT) };
-
-        let mut acc = [0u64; 8];
-        // SAFETY: `acc` is 64 writable bytes; unaligned stores.
-        unsafe {
+            // The last, partial block: whole stripes short of the last byte.
+            let stripes = (size - 1 - blocks * BLOCK) / 64;
+            for st in 0..stripes {
+                s.stripe(p.add(blocks * BLOCK + st * 64), st * 8);
+            }
+            // The last 64 bytes (overlapping the stripes before them).
+            s.stripe(p.add(size - 64), LAST_AT);
+            let mut acc = [0u64; 8];
             _mm256_storeu_si256(acc.as_mut_ptr().cast(), s.acc[0]);
             _mm256_storeu_si256(acc.as_mut_ptr().add(4).cast(), s.acc[1]);
-        }
+            (acc, first, _mm256_testz_si256(s.diff, s.diff) != 0)
+        };
         let mut h = (size as u64).wrapping_mul(PRIME64_1);
         for i in 0..4 {
             let at = MERGE_AT + 16 * i;
@@ -397,7 +407,7 @@ mod avx2 {
         h ^= h >> 37;
         h = h.wrapping_mul(0x1656_6791_9E37_79F9);
         h ^= h >> 32;
-        let fill = match (_mm256_testz_si256(s.diff, s.diff) != 0, first) {
+        let fill = match (uniform, first) {
             (true, 0) => Fill::Zero,
             (true, b) => Fill::Constant(b),
             (false, _) => Fill::Mixed,
