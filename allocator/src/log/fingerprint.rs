@@ -5,8 +5,11 @@
 //! content can. A sampled fingerprint is the length plus a 64-bit hash of 64
 //! blocks of 64 bytes spread evenly over the buffer (4 KiB read, whatever its
 //! size). A full one (`HEAPTAG_FINGERPRINT_FULL=1`) is XXH3-64 of every byte
-//! (the `xxhash-rust` crate: a well-studied hash, SIMD on x86_64, no
-//! allocation), the algorithm the log's header names (`docs/FORMAT.md`).
+//! (a well-studied hash; no allocation), the algorithm the log's header names
+//! (`docs/FORMAT.md`): with AVX2 (detected at run time) heaptag's own
+//! in-place loop ([`avx2`]), otherwise the `xxhash-rust` crate on copies
+//! ([`full_copied`]); the same value, which the tests check against
+//! `xxhash-rust` and `twox-hash`.
 //! Blocks whose every byte read is the same value (a fresh `vec![0; n]`) are
 //! flagged as zero or constant filled, and are never reported as duplicates.
 
@@ -126,9 +129,46 @@ const FULL_CHUNK: usize = 2048;
 
 /// XXH3-64 of every byte of the live block `p..p+size`, and its fill.
 ///
+/// With AVX2 (detected at run time; the build targets baseline x86_64) and
+/// more than 240 bytes, [`avx2::full`] hashes the block in place, one pass
+/// over its memory. Otherwise [`full_copied`].
+///
 /// # Safety
 /// `p..p+size` must be inside a live allocation.
 unsafe fn full(p: *const u8, size: usize) -> Fingerprint {
+    #[cfg(target_arch = "x86_64")]
+    if size > avx2::MIN_LEN && has_avx2() {
+        // SAFETY: the caller's guarantee; the CPU has AVX2.
+        return unsafe { avx2::full(p, size) };
+    }
+    // SAFETY: the caller's guarantee.
+    unsafe { full_copied(p, size) }
+}
+
+/// Whether this CPU has AVX2 (std caches the answer: one relaxed load).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn has_avx2() -> bool {
+    std::arch::is_x86_feature_detected!("avx2")
+}
+
+/// Runs the CPU feature detection once, when the log starts, so the first
+/// full fingerprint (inside the allocator) only reads std's cache.
+pub(crate) fn prime() {
+    #[cfg(target_arch = "x86_64")]
+    std::hint::black_box(has_avx2());
+}
+
+/// XXH3-64 of the block through the `xxhash-rust` crate, which reads only
+/// Rust slices: the block is copied 2 KiB at a time into a stack buffer with
+/// [`copy_out`] (as [`load`]: whatever the memory holds), checked for a
+/// uniform fill and fed to the crate's streaming hasher (no allocation). The
+/// path for CPUs without AVX2, other architectures and blocks of 240 bytes or
+/// less (XXH3's short-input cases).
+///
+/// # Safety
+/// `p..p+size` must be inside a live allocation.
+unsafe fn full_copied(p: *const u8, size: usize) -> Fingerprint {
     let mut h = xxhash_rust::xxh3::Xxh3Default::new();
     let mut buf = [0u8; FULL_CHUNK];
     // The first byte, and whether every byte so far equals it.
@@ -159,6 +199,222 @@ unsafe fn full(p: *const u8, size: usize) -> Fingerprint {
         _ => Fill::Mixed,
     };
     Fingerprint { hash: h.digest(), fill }
+}
+
+/// XXH3-64 of long inputs with AVX2, reading the block in place.
+///
+/// `xxhash-rust` picks its SIMD code at compile time (`cfg(target_feature)`),
+/// so a baseline x86_64 build runs its SSE2 loop; and it, like every XXH3
+/// crate, reads `&[u8]`, which a block holding bytes the program never wrote
+/// may not be turned into (hence [`full_copied`]'s copy: with the SSE2 loop
+/// 1.3-1.7x the CPU time of merely reading a block out of cache, where this
+/// loop matches it; `full_fingerprint_speed`). This is XXH3's stripe loop for
+/// inputs over 240 bytes, default secret, seed 0, as `xxh_x86dispatch.c` and
+/// `xxhash.h` (`XXH3_accumulate_512_avx2`, `XXH3_scrambleAcc_avx2`,
+/// `XXH3_hashLong_64b`) define it, with every load of the block an `asm`
+/// `vmovdqu` (opaque, as [`load`]); the uniform-fill check rides on the same
+/// loads. The tests check it against `xxhash-rust` and `twox-hash` on every
+/// length class (block and stripe boundaries, odd tails).
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::Fingerprint;
+    use heaptag_format::Fill;
+    use std::arch::x86_64::{
+        __m256i, _mm256_add_epi64, _mm256_castsi256_si128, _mm256_loadu_si256, _mm256_mul_epu32, _mm256_or_si256,
+        _mm256_set1_epi32, _mm256_set1_epi8, _mm256_set_epi64x, _mm256_setzero_si256, _mm256_shuffle_epi32,
+        _mm256_slli_epi64, _mm256_srli_epi64, _mm256_storeu_si256, _mm256_testz_si256, _mm256_xor_si256,
+        _mm_cvtsi128_si32,
+    };
+
+    /// Inputs up to this length take XXH3's short-input paths, not this one.
+    pub(super) const MIN_LEN: usize = 240;
+
+    /// XXH3's default secret (`XXH3_kSecret`).
+    #[rustfmt::skip]
+    const SECRET: [u8; 192] = [
+        0xb8, 0xfe, 0x6c, 0x39, 0x23, 0xa4, 0x4b, 0xbe, 0x7c, 0x01, 0x81, 0x2c, 0xf7, 0x21, 0xad, 0x1c,
+        0xde, 0xd4, 0x6d, 0xe9, 0x83, 0x90, 0x97, 0xdb, 0x72, 0x40, 0xa4, 0xa4, 0xb7, 0xb3, 0x67, 0x1f,
+        0xcb, 0x79, 0xe6, 0x4e, 0xcc, 0xc0, 0xe5, 0x78, 0x82, 0x5a, 0xd0, 0x7d, 0xcc, 0xff, 0x72, 0x21,
+        0xb8, 0x08, 0x46, 0x74, 0xf7, 0x43, 0x24, 0x8e, 0xe0, 0x35, 0x90, 0xe6, 0x81, 0x3a, 0x26, 0x4c,
+        0x3c, 0x28, 0x52, 0xbb, 0x91, 0xc3, 0x00, 0xcb, 0x88, 0xd0, 0x65, 0x8b, 0x1b, 0x53, 0x2e, 0xa3,
+        0x71, 0x64, 0x48, 0x97, 0xa2, 0x0d, 0xf9, 0x4e, 0x38, 0x19, 0xef, 0x46, 0xa9, 0xde, 0xac, 0xd8,
+        0xa8, 0xfa, 0x76, 0x3f, 0xe3, 0x9c, 0x34, 0x3f, 0xf9, 0xdc, 0xbb, 0xc7, 0xc7, 0x0b, 0x4f, 0x1d,
+        0x8a, 0x51, 0xe0, 0x4b, 0xcd, 0xb4, 0x59, 0x31, 0xc8, 0x9f, 0x7e, 0xc9, 0xd9, 0x78, 0x73, 0x64,
+        0xea, 0xc5, 0xac, 0x83, 0x34, 0xd3, 0xeb, 0xc3, 0xc5, 0x81, 0xa0, 0xff, 0xfa, 0x13, 0x63, 0xeb,
+        0x17, 0x0d, 0xdd, 0x51, 0xb7, 0xf0, 0xda, 0x49, 0xd3, 0x16, 0x55, 0x26, 0x29, 0xd4, 0x68, 0x9e,
+        0x2b, 0x16, 0xbe, 0x58, 0x7d, 0x47, 0xa1, 0xfc, 0x8f, 0xf8, 0xb8, 0xd1, 0x7a, 0xd0, 0x31, 0xce,
+        0x45, 0xcb, 0x3a, 0x8f, 0x95, 0x16, 0x04, 0x28, 0xaf, 0xd7, 0xfb, 0xca, 0xbb, 0x4b, 0x40, 0x7e,
+    ];
+    const PRIME32_1: u64 = 0x9E37_79B1;
+    const PRIME32_2: u64 = 0x85EB_CA77;
+    const PRIME32_3: u64 = 0xC2B2_AE3D;
+    const PRIME64_1: u64 = 0x9E37_79B1_85EB_CA87;
+    const PRIME64_2: u64 = 0xC2B2_AE3D_27D4_EB4F;
+    const PRIME64_3: u64 = 0x1656_67B1_9E37_79F9;
+    const PRIME64_4: u64 = 0x85EB_CA77_C2B2_AE63;
+    const PRIME64_5: u64 = 0x27D4_EB2F_1656_67C5;
+    /// Stripes (64 bytes) per block: the secret advances 8 bytes a stripe.
+    const STRIPES: usize = (SECRET.len() - 64) / 8;
+    const BLOCK: usize = 64 * STRIPES;
+    /// Where the scramble's and the last stripe's keys start in the secret.
+    const SCRAMBLE_AT: usize = SECRET.len() - 64;
+    const LAST_AT: usize = SECRET.len() - 64 - 7;
+    const MERGE_AT: usize = 11;
+
+    /// The accumulators and the fill check's state.
+    struct State {
+        acc: [__m256i; 2],
+        /// OR of every 32 bytes read XOR the first byte repeated: zero while
+        /// the block is uniform.
+        diff: __m256i,
+        pattern: __m256i,
+    }
+
+    /// Loads 32 bytes of the block (as [`super::load`]: whatever the memory
+    /// holds).
+    ///
+    /// # Safety
+    /// `p..p+32` must be inside a live allocation; the CPU has AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn load32(p: *const u8) -> __m256i {
+        let v: __m256i;
+        // SAFETY: the caller guarantees 32 readable bytes at `p` and AVX;
+        // the instruction reads them and touches nothing else.
+        unsafe {
+            std::arch::asm!("vmovdqu {v}, ymmword ptr [{p}]", p = in(reg) p, v = out(ymm_reg) v,
+                options(nostack, preserves_flags, readonly))
+        };
+        v
+    }
+
+    impl State {
+        /// `XXH3_accumulate_512_avx2` on the stripe at `p` with the key at
+        /// `SECRET[key..]`.
+        ///
+        /// # Safety
+        /// `p..p+64` must be inside a live allocation; `key + 64 <=
+        /// SECRET.len()`; the CPU has AVX2.
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        unsafe fn stripe(&mut self, p: *const u8, key: usize) {
+            // SAFETY: the CPU has AVX2 (one block: Rust before 1.87 has
+            // every intrinsic unsafe); `32 * i + 32 <= 64`, so the loads
+            // stay inside the stripe and `key + 32 * i + 32 <= SECRET.len()`
+            // inside the secret (unaligned loads).
+            unsafe {
+                for (i, acc) in self.acc.iter_mut().enumerate() {
+                    let data = load32(p.add(32 * i));
+                    self.diff = _mm256_or_si256(self.diff, _mm256_xor_si256(data, self.pattern));
+                    let k = _mm256_loadu_si256(SECRET.as_ptr().add(key + 32 * i).cast());
+                    let dk = _mm256_xor_si256(data, k);
+                    // Each 64-bit lane: its low 32 bits times its high 32 bits.
+                    let product = _mm256_mul_epu32(dk, _mm256_shuffle_epi32::<0b00_11_00_01>(dk));
+                    // The data with its 64-bit lanes swapped in pairs.
+                    let swapped = _mm256_shuffle_epi32::<0b01_00_11_10>(data);
+                    *acc = _mm256_add_epi64(product, _mm256_add_epi64(*acc, swapped));
+                }
+            }
+        }
+
+        /// `XXH3_scrambleAcc_avx2`, after each block.
+        ///
+        /// # Safety
+        /// The CPU has AVX2.
+        #[inline]
+        #[target_feature(enable = "avx2")]
+        unsafe fn scramble(&mut self) {
+            // SAFETY: the CPU has AVX2; `SCRAMBLE_AT + 32 * i + 32 <=
+            // SECRET.len()` (unaligned loads).
+            unsafe {
+                let prime = _mm256_set1_epi32(PRIME32_1 as i32);
+                for (i, acc) in self.acc.iter_mut().enumerate() {
+                    let a = _mm256_xor_si256(*acc, _mm256_srli_epi64::<47>(*acc));
+                    let k = _mm256_loadu_si256(SECRET.as_ptr().add(SCRAMBLE_AT + 32 * i).cast());
+                    let dk = _mm256_xor_si256(a, k);
+                    // dk * PRIME32_1 in each 64-bit lane, from 32x32 products.
+                    let lo = _mm256_mul_epu32(dk, prime);
+                    let hi = _mm256_mul_epu32(_mm256_shuffle_epi32::<0b00_11_00_01>(dk), prime);
+                    *acc = _mm256_add_epi64(lo, _mm256_slli_epi64::<32>(hi));
+                }
+            }
+        }
+    }
+
+    fn secret64(at: usize) -> u64 {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&SECRET[at..at + 8]);
+        u64::from_le_bytes(w)
+    }
+
+    fn mul128_fold64(a: u64, b: u64) -> u64 {
+        let p = u128::from(a) * u128::from(b);
+        (p as u64) ^ ((p >> 64) as u64)
+    }
+
+    /// XXH3-64 (default secret, seed 0) of the block `p..p+size`, and its fill.
+    ///
+    /// # Safety
+    /// `p..p+size` must be inside a live allocation; `size > MIN_LEN`; the
+    /// CPU has AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn full(p: *const u8, size: usize) -> Fingerprint {
+        // SAFETY: the CPU has AVX2, the caller's guarantee (one block: Rust
+        // before 1.87 has every intrinsic unsafe). Every stripe read is
+        // inside `p..p+size`: a whole block ends at `(b + 1) * BLOCK <=
+        // blocks * BLOCK <= size - 1`; the partial block's stripes end at
+        // `blocks * BLOCK + stripes * 64 <= size - 1`; the last stripe is
+        // `size - 64..size` (`size > MIN_LEN > 64`), as is the first load.
+        // Keys: `st * 8 + 64 <= SECRET.len()` for `st < STRIPES`, and
+        // `LAST_AT + 64 <= SECRET.len()`. `acc` is 64 writable bytes.
+        let (acc, first, uniform) = unsafe {
+            let first = _mm_cvtsi128_si32(_mm256_castsi256_si128(load32(p))) as u8;
+            let mut s = State {
+                acc: [
+                    _mm256_set_epi64x(PRIME64_3 as i64, PRIME64_2 as i64, PRIME64_1 as i64, PRIME32_3 as i64),
+                    _mm256_set_epi64x(PRIME32_1 as i64, PRIME64_5 as i64, PRIME32_2 as i64, PRIME64_4 as i64),
+                ],
+                diff: _mm256_setzero_si256(),
+                pattern: _mm256_set1_epi8(first as i8),
+            };
+            let blocks = (size - 1) / BLOCK;
+            for b in 0..blocks {
+                for st in 0..STRIPES {
+                    s.stripe(p.add(b * BLOCK + st * 64), st * 8);
+                }
+                s.scramble();
+            }
+            // The last, partial block: whole stripes short of the last byte.
+            let stripes = (size - 1 - blocks * BLOCK) / 64;
+            for st in 0..stripes {
+                s.stripe(p.add(blocks * BLOCK + st * 64), st * 8);
+            }
+            // The last 64 bytes (overlapping the stripes before them).
+            s.stripe(p.add(size - 64), LAST_AT);
+            let mut acc = [0u64; 8];
+            _mm256_storeu_si256(acc.as_mut_ptr().cast(), s.acc[0]);
+            _mm256_storeu_si256(acc.as_mut_ptr().add(4).cast(), s.acc[1]);
+            (acc, first, _mm256_testz_si256(s.diff, s.diff) != 0)
+        };
+        let mut h = (size as u64).wrapping_mul(PRIME64_1);
+        for i in 0..4 {
+            let at = MERGE_AT + 16 * i;
+            h = h.wrapping_add(mul128_fold64(
+                acc[2 * i] ^ secret64(at),
+                acc[2 * i + 1] ^ secret64(at + 8),
+            ));
+        }
+        // XXH3_avalanche.
+        h ^= h >> 37;
+        h = h.wrapping_mul(0x1656_6791_9E37_79F9);
+        h ^= h >> 32;
+        let fill = match (uniform, first) {
+            (true, 0) => Fill::Zero,
+            (true, b) => Fill::Constant(b),
+            (false, _) => Fill::Mixed,
+        };
+        Fingerprint { hash: h, fill }
+    }
 }
 
 /// Four independent lanes, so the multiplies of consecutive words overlap
@@ -300,16 +556,76 @@ mod tests {
         assert_ne!(fp(&a, true).hash, fp(&a[1..], true).hash, "length is hashed");
     }
 
+    /// Lengths around every boundary of XXH3 and of both full paths: the
+    /// short-input classes (<= 240), stripes (64), blocks (1,024), the copy's
+    /// chunks (2,048) and odd tails.
+    fn lengths() -> Vec<usize> {
+        let mut v = vec![0, 1, 3, 4, 8, 9, 16, 17, 128, 129, 240, 241, 255, 256, 257, 1000];
+        for base in [1024usize, 2048, 4096, 8192, 3 * 8192, 1 << 20] {
+            v.extend([
+                base - 65,
+                base - 64,
+                base - 63,
+                base - 1,
+                base,
+                base + 1,
+                base + 63,
+                base + 64,
+                base + 65,
+            ]);
+        }
+        v
+    }
+
+    fn bytes(len: usize) -> Vec<u8> {
+        (0..len as u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8)
+            .collect()
+    }
+
+    /// Both full paths: the one `fingerprint` takes here, and the copying one
+    /// (what a CPU without AVX2 runs); with AVX2, the in-place one too.
+    fn full_paths(v: &[u8]) -> Vec<(&'static str, Fingerprint)> {
+        // SAFETY: `v` is a live slice for the duration of each call.
+        let mut out = vec![
+            ("fingerprint", fp(v, true)),
+            ("copied", unsafe { full_copied(v.as_ptr(), v.len()) }),
+        ];
+        #[cfg(target_arch = "x86_64")]
+        if v.len() > avx2::MIN_LEN && has_avx2() {
+            // SAFETY: as above; the CPU has AVX2.
+            out.push(("avx2", unsafe { avx2::full(v.as_ptr(), v.len()) }));
+        }
+        out
+    }
+
     #[test]
     fn full_fingerprints_are_xxh3_of_every_byte() {
-        // Against the crate's one-shot function on the same bytes, across
-        // chunk boundaries and odd lengths.
-        for len in [0usize, 1, 7, 8, 9, 4095, 8191, 8192, 8193, 3 * 8192 + 5, 1 << 20] {
-            let v: Vec<u8> = (0..len as u32)
-                .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8)
-                .collect();
-            assert_eq!(fp(&v, true).hash, xxhash_rust::xxh3::xxh3_64(&v), "len {len}");
+        // Against two independent implementations' one-shot functions on
+        // the same bytes, on every length class, from aligned and unaligned
+        // starts.
+        let mut checked_avx2 = 0;
+        for len in lengths() {
+            let v = bytes(len + 3);
+            for start in [0usize, 3] {
+                let s = &v[start..start + len];
+                let want = xxhash_rust::xxh3::xxh3_64(s);
+                assert_eq!(
+                    want,
+                    twox_hash::XxHash3_64::oneshot(s),
+                    "the references agree, len {len}"
+                );
+                for (path, got) in full_paths(s) {
+                    assert_eq!(got.hash, want, "{path}, len {len}, start {start}");
+                    checked_avx2 += usize::from(path == "avx2");
+                }
+            }
         }
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() {
+            assert!(checked_avx2 > 50, "the AVX2 path ran ({checked_avx2} cases)");
+        }
+        let _ = checked_avx2;
         let a: Vec<u8> = (0..100_000u32).map(|i| (i * 7 + i / 13) as u8).collect();
         let mut b = a.clone();
         b[99_999] ^= 1;
@@ -319,26 +635,46 @@ mod tests {
 
     #[test]
     fn full_fill_sees_one_different_byte_anywhere() {
-        for at in [0usize, 1, 8191, 8192, 20_000, (1 << 20) - 1] {
-            let mut v = vec![0u8; 1 << 20];
-            v[at] = 3;
-            assert_eq!(fp(&v, true).fill, Fill::Mixed, "at {at}");
+        for len in lengths() {
+            for b in [0u8, 9] {
+                // An empty block reads as zero filled.
+                let want = if b == 0 || len == 0 {
+                    Fill::Zero
+                } else {
+                    Fill::Constant(b)
+                };
+                let mut v = vec![b; len];
+                for (path, got) in full_paths(&v) {
+                    assert_eq!(got.fill, want, "{path}, len {len}, fill {b}");
+                    assert_eq!(got.hash, xxhash_rust::xxh3::xxh3_64(&v), "{path}, len {len}, fill {b}");
+                }
+                // One different byte: first, last, inside the last stripe
+                // only, on a block boundary.
+                for at in [0, len / 2, len.saturating_sub(1), len.saturating_sub(40), 1024, 2048] {
+                    // (A one-byte block is uniform whatever its byte.)
+                    if at >= len || len < 2 {
+                        continue;
+                    }
+                    v[at] = b ^ 0x5a;
+                    for (path, got) in full_paths(&v) {
+                        assert_eq!(got.fill, Fill::Mixed, "{path}, len {len}, fill {b}, at {at}");
+                    }
+                    v[at] = b;
+                }
+            }
         }
-        let mut odd = vec![9u8; 8192 * 2 + 3];
-        assert_eq!(fp(&odd, true).fill, Fill::Constant(9));
-        *odd.last_mut().unwrap() = 8;
-        assert_eq!(fp(&odd, true).fill, Fill::Mixed, "the tail after the last word");
         assert_eq!(fp(&[], true).fill, Fill::Zero);
     }
 
-    /// CPU seconds per GiB of full fingerprints, the earlier algorithm (the
-    /// four-lane multiply hash over every word, what full hashing was before
-    /// XXH3) against XXH3, interleaved, over one 256 MiB buffer (out of
-    /// cache, as a large block at its free) and a 256 KiB one hashed 1,024
-    /// times (in cache: the hash's own cost), with the floor of merely
-    /// reading the bytes (a sum of their words). Prints, asserts nothing on
-    /// time: `cargo test --release -p heaptag-alloc --lib -- --ignored
-    /// --nocapture full_fingerprint_speed`.
+    /// CPU seconds per GiB of full fingerprints: the copying path (what
+    /// every CPU ran before: 2 KiB copies fed to `xxhash-rust`'s SSE2 loop)
+    /// against [`fingerprint`] (with AVX2 the in-place loop), interleaved, on
+    /// one 256 MiB buffer (out of cache, as a large block at its free) and a
+    /// 256 KiB one hashed 1,024 times (in cache: the hash's own cost), each
+    /// mixed and constant filled (a constant block is checked for its fill
+    /// to the end), with the floor of merely reading the bytes (a sum of
+    /// their words). Prints, asserts nothing on time: `cargo test --release
+    /// -p heaptag-alloc --lib -- --ignored --nocapture full_fingerprint_speed`.
     #[test]
     #[ignore]
     fn full_fingerprint_speed() {
@@ -350,46 +686,59 @@ mod tests {
             t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
         };
         for (len, reps) in [(256usize << 20, 1), (256 << 10, 1024)] {
-            let v: Vec<u8> = (0..len)
-                .map(|i| (i as u32).wrapping_mul(2_654_435_761).rotate_left(13) as u8)
-                .collect();
-            let gib = (len * reps) as f64 / f64::from(1u32 << 30);
-            let (mut old, mut new, mut read) = (Vec::new(), Vec::new(), Vec::new());
-            for _ in 0..5 {
-                let t = cpu();
-                for _ in 0..reps {
-                    let mut h = Hasher::new(len);
-                    // SAFETY: `v` is live for the call.
-                    unsafe { h.range(v.as_ptr(), len) };
-                    std::hint::black_box(h.finish());
+            for constant in [false, true] {
+                let mut v = vec![0u8; len];
+                let gib = (len * reps) as f64 / f64::from(1u32 << 30);
+                let (mut old, mut new, mut read) = (Vec::new(), Vec::new(), Vec::new());
+                for round in 0..7u32 {
+                    // Rewritten before each measurement, as a block is
+                    // before its free.
+                    let refill = |v: &mut Vec<u8>| {
+                        for (i, b) in v.iter_mut().enumerate() {
+                            *b = if constant {
+                                round as u8 + 1
+                            } else {
+                                (i as u32 ^ round).wrapping_mul(2_654_435_761) as u8
+                            };
+                        }
+                    };
+                    refill(&mut v);
+                    let t = cpu();
+                    for _ in 0..reps {
+                        // SAFETY: `v` is live for the call.
+                        std::hint::black_box(unsafe { full_copied(v.as_ptr(), len) });
+                    }
+                    old.push((cpu() - t) / gib);
+                    refill(&mut v);
+                    let t = cpu();
+                    for _ in 0..reps {
+                        std::hint::black_box(fp(&v, true));
+                    }
+                    new.push((cpu() - t) / gib);
+                    refill(&mut v);
+                    let t = cpu();
+                    for _ in 0..reps {
+                        let sum = v.chunks_exact(8).fold(0u64, |a, w| {
+                            a.wrapping_add(u64::from_ne_bytes(w.try_into().unwrap_or_default()))
+                        });
+                        std::hint::black_box(sum);
+                    }
+                    read.push((cpu() - t) / gib);
                 }
-                old.push((cpu() - t) / gib);
-                let t = cpu();
-                for _ in 0..reps {
-                    std::hint::black_box(fp(&v, true));
+                for m in [&mut old, &mut new, &mut read] {
+                    m.sort_by(f64::total_cmp);
                 }
-                new.push((cpu() - t) / gib);
-                let t = cpu();
-                for _ in 0..reps {
-                    let sum = v.chunks_exact(8).fold(0u64, |a, w| {
-                        a.wrapping_add(u64::from_ne_bytes(w.try_into().unwrap_or_default()))
-                    });
-                    std::hint::black_box(sum);
-                }
-                read.push((cpu() - t) / gib);
+                println!(
+                    "full fingerprints, CPU s/GiB (median of 7, {} KiB x {reps}, {}): copied to xxhash-rust {:.4}, \
+                     fingerprint() {:.4} (copied / fingerprint() {:.2}x), reading alone {:.4}",
+                    len >> 10,
+                    if constant { "constant" } else { "mixed" },
+                    old[3],
+                    new[3],
+                    old[3] / new[3],
+                    read[3]
+                );
             }
-            for m in [&mut old, &mut new, &mut read] {
-                m.sort_by(f64::total_cmp);
-            }
-            println!(
-                "full fingerprints, CPU s/GiB (median of 5, {} KiB x {reps}): four-lane multiply {:.4}, xxh3 {:.4} \
-                 (old / new {:.2}x), reading alone {:.4}",
-                len >> 10,
-                old[2],
-                new[2],
-                old[2] / new[2],
-                read[2]
-            );
         }
     }
 

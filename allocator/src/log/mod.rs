@@ -580,6 +580,7 @@ impl LogConfig {
         w.publish();
         stacks::DEPTH.store(self.stack_depth, Ordering::Relaxed);
         FP_MIN.store(self.fingerprint_min, Ordering::Relaxed);
+        fingerprint::prime();
         FP_FULL.store(self.fingerprint_full, Ordering::Relaxed);
         SAMPLE_NOW.store(false, Ordering::Relaxed);
         *WRITER.lock().unwrap_or_else(PoisonError::into_inner) = Some(w);
