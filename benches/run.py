@@ -262,8 +262,11 @@ def main():
         order = variants if r % 2 == 0 else list(reversed(variants))
         if not a.baseline and (not a.filter or a.filter in "big"):
             # Full-content fingerprints, on the one workload that frees big
-            # blocks (the others would only repeat heaptag-log).
-            order = order + [FULL_VARIANT]
+            # blocks (the others would only repeat heaptag-log); run right
+            # after heaptag-log, whose `big` figure it is compared with, so
+            # both see the same moment of the machine in every round.
+            at = next((i + 1 for i, v in enumerate(order) if v[0] == "heaptag-log"), len(order))
+            order = order[:at] + [FULL_VARIANT] + order[at:]
         for name, bench, env in order:
             run_args = args if name != FULL_VARIANT[0] else ([] if a.quick else ["--bench"]) + ["big"]
             rows, maxrss = run_once([exes[bench], *run_args], env)
