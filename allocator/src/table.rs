@@ -42,9 +42,22 @@ pub(crate) struct Entry {
 }
 
 type Map = HashMap<usize, Entry, MixBuild, Internal>;
-type Shard = Mutex<Map>;
 
-static TABLE: [Shard; SHARDS] = [const { Mutex::new(HashMap::with_hasher_in(MixBuild::new(), Internal)) }; SHARDS];
+/// One shard, on cache lines of its own: two threads working in two shards
+/// never write the same line (a shard's lock and map header are 48 bytes,
+/// so unpadded neighbours shared lines).
+#[repr(align(128))]
+struct Shard(Mutex<Map>);
+
+impl std::ops::Deref for Shard {
+    type Target = Mutex<Map>;
+    fn deref(&self) -> &Mutex<Map> {
+        &self.0
+    }
+}
+
+static TABLE: [Shard; SHARDS] =
+    [const { Shard(Mutex::new(HashMap::with_hasher_in(MixBuild::new(), Internal))) }; SHARDS];
 
 #[inline]
 fn shard(addr: usize) -> MutexGuard<'static, HashMap<usize, Entry, MixBuild, Internal>> {
