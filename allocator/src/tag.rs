@@ -1439,6 +1439,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn live_tracked_blocks_keep_a_tag_from_being_empty_zero_bytes_too() {
+        // SAFETY: all zeroes is the state entries start in (chunks are
+        // allocated zeroed, see `entry`): atomics at 0, the key uninit.
+        let e: TagEntry = unsafe { std::mem::zeroed() };
+        assert!(e.is_empty());
+        e.tracked_add(0);
+        assert!(!e.is_empty(), "a 0-byte tracked block is alive");
+        assert_eq!(e.tracked_live.load(Ordering::Relaxed), 0);
+        e.tracked_add(100);
+        e.tracked_add(28);
+        e.tracked_sub(0);
+        assert!(!e.is_empty());
+        e.tracked_sub(100);
+        assert!(!e.is_empty());
+        assert_eq!(e.tracked_live.load(Ordering::Relaxed), 28);
+        assert_eq!(e.tracked_peak.load(Ordering::Relaxed), 128);
+        assert_eq!(e.peak.load(Ordering::Relaxed), 128);
+        e.tracked_sub(28);
+        assert!(e.is_empty());
+        assert_eq!(e.tracked_peak.load(Ordering::Relaxed), 128);
+    }
+
+    #[test]
     fn interning_is_stable_and_distinguishes_dimensions() {
         let a = Tag::new(Some(1), Some("s"), Some(2));
         let b = Tag::new(Some(1), Some("s"), Some(3));
