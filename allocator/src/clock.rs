@@ -28,6 +28,18 @@ pub fn now_ns() -> u64 {
     read(libc::CLOCK_MONOTONIC).saturating_sub(START_MONO.load(Ordering::Relaxed))
 }
 
+/// Nanoseconds since heaptag initialised, from the kernel's coarse
+/// monotonic clock (`CLOCK_MONOTONIC_COARSE`: the time of the last timer
+/// tick, a few ms old at most; a vDSO read without the TSC, about a sixth of
+/// [`now_ns`]'s cost). Never later than [`now_ns`] read at the same moment.
+/// For the birth time of a block recorded while no log runs (only
+/// `tracked_blocks()` and, should a log start later, its carried record
+/// show it), not for events.
+#[inline]
+pub(crate) fn coarse_ns() -> u64 {
+    read(libc::CLOCK_MONOTONIC_COARSE).saturating_sub(START_MONO.load(Ordering::Relaxed))
+}
+
 /// The monotonic clock's value at initialisation, in ns.
 pub(crate) fn start_mono_ns() -> u64 {
     START_MONO.load(Ordering::Relaxed)

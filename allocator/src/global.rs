@@ -543,7 +543,14 @@ fn record(addr: usize, size: usize, tag_id: u32, thread: u32, birth: Option<Entr
     }
     let tracked = size >= HOT.threshold.load(Ordering::Relaxed);
     let logging = log::on();
-    let now = if logging || birth.is_none() { clock::now_ns() } else { 0 };
+    // Without the log the time is only the block's birth time for
+    // `tracked_blocks()`: the coarse clock is enough there (and ~18 ns
+    // cheaper per tracked allocation); events need the precise one.
+    let now = match (logging, birth) {
+        (true, _) => clock::now_ns(),
+        (false, None) => clock::coarse_ns(),
+        (false, Some(_)) => 0,
+    };
     let entry = Entry {
         size: size as u64,
         time_ns: birth.map_or(now, |b| b.time_ns),

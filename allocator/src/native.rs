@@ -184,7 +184,8 @@ fn record(addr: usize, requested: usize, usable: usize) {
     }
     let (tag_id, thread) = thread::charged();
     let logging = log::on();
-    let now = clock::now_ns();
+    // The coarse clock without the log, as in `global::record`.
+    let now = if logging { clock::now_ns() } else { clock::coarse_ns() };
     let stack = if logging { capture() } else { 0 };
     let entry = Entry {
         size,

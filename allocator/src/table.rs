@@ -2,9 +2,9 @@
 //!
 //! Only tracked (>= threshold) and sampled blocks enter it, so it is touched
 //! on a small fraction of calls. It is split into shards by a hash of the
-//! address; each shard is a hashbrown map behind a `std::sync::Mutex`
-//! (a futex: no allocation, a few nanoseconds uncontended) whose memory comes
-//! from the internal heap, so nothing in a critical section can call back into
+//! address; each shard is a hashbrown map behind a small lock (one RMW to
+//! take, a plain store to give back: see [`Shard`]) whose memory comes from
+//! the internal heap, so nothing in a critical section can call back into
 //! the global allocator. Critical sections are a single insert or remove.
 //!
 //! Ordering rule that keeps the table exact under address reuse: a block's
@@ -13,8 +13,8 @@
 //! move it). Between those two points no other thread can be given the same
 //! address.
 
-use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use hashbrown::HashMap;
 
@@ -42,16 +42,119 @@ pub(crate) struct Entry {
 }
 
 type Map = HashMap<usize, Entry, MixBuild, Internal>;
-type Shard = Mutex<Map>;
 
-static TABLE: [Shard; SHARDS] = [const { Mutex::new(HashMap::with_hasher_in(MixBuild::new(), Internal)) }; SHARDS];
+/// One shard: a map behind a test-and-set lock, on cache lines of its own
+/// (two threads working in two shards never write the same line).
+///
+/// Not `std::sync::Mutex`: its unlock is a locked RMW (it must learn whether
+/// a waiter sleeps), and a tracked alloc/free pair takes two locks, so that
+/// RMW was a sixth of heaptag's cost on a large pair. Here taking the lock
+/// is one RMW and releasing it a plain Release store. A waiter spins, then
+/// yields, then sleeps 20 us at a time until the holder is done; holders
+/// keep a shard for one insert or remove (or, in `for_each_locked` and
+/// across a `fork()`, a bounded walk), never take another lock inside and
+/// never call the global allocator, so every wait is bounded by a holder's
+/// progress.
+#[repr(align(128))]
+struct Shard {
+    locked: AtomicBool,
+    map: UnsafeCell<Map>,
+}
+
+// SAFETY: `map` is only reached through a `Guard`, which exists only while
+// its thread holds `locked` (Acquire on taking, Release on giving back), so
+// accesses to the map are serialized and ordered.
+unsafe impl Sync for Shard {}
+
+impl Shard {
+    const fn new() -> Shard {
+        Shard {
+            locked: AtomicBool::new(false),
+            map: UnsafeCell::new(HashMap::with_hasher_in(MixBuild::new(), Internal)),
+        }
+    }
+
+    #[inline]
+    fn lock(&'static self) -> Guard {
+        // Acquire: pairs with the Release in `Guard::drop`.
+        if self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.lock_contended();
+        }
+        Guard(self)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self) {
+        let mut round = 0u32;
+        loop {
+            // Wait with plain loads (no cache-line ping-pong), then try again.
+            while self.locked.load(Ordering::Relaxed) {
+                if round < 64 {
+                    std::hint::spin_loop();
+                } else if round < 80 {
+                    std::thread::yield_now();
+                } else {
+                    // A holder that was preempted or walks the table: sleep
+                    // instead of burning the core it may need. No allocation.
+                    let ts = libc::timespec {
+                        tv_sec: 0,
+                        tv_nsec: 20_000,
+                    };
+                    // SAFETY: `ts` is a valid timespec; the remainder
+                    // pointer may be null.
+                    unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+                }
+                round = round.saturating_add(1);
+            }
+            if self
+                .locked
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+}
+
+/// A held shard; gives it back when dropped.
+struct Guard(&'static Shard);
+
+impl std::ops::Deref for Guard {
+    type Target = Map;
+    fn deref(&self) -> &Map {
+        // SAFETY: this guard holds the shard's lock (see `Shard`).
+        unsafe { &*self.0.map.get() }
+    }
+}
+
+impl std::ops::DerefMut for Guard {
+    fn deref_mut(&mut self) -> &mut Map {
+        // SAFETY: this guard holds the shard's lock, and `&mut self` makes
+        // this the only reference through it.
+        unsafe { &mut *self.0.map.get() }
+    }
+}
+
+impl Drop for Guard {
+    #[inline]
+    fn drop(&mut self) {
+        // Release: the map's changes are visible to the next holder.
+        self.0.locked.store(false, Ordering::Release);
+    }
+}
+
+static TABLE: [Shard; SHARDS] = [const { Shard::new() }; SHARDS];
 
 #[inline]
-fn shard(addr: usize) -> MutexGuard<'static, HashMap<usize, Entry, MixBuild, Internal>> {
+fn shard(addr: usize) -> Guard {
     let i = (mix64(addr as u64) >> 32) as usize % SHARDS;
-    // Nothing panics while a shard is held, but never let poisoning turn into
-    // a panic inside the allocator.
-    TABLE[i].lock().unwrap_or_else(PoisonError::into_inner)
+    TABLE[i].lock()
 }
 
 /// Records a block. Returns false (and counts) when there was no memory to.
@@ -97,7 +200,7 @@ pub(crate) fn for_each(mut f: impl FnMut(usize, &Entry)) {
     for s in &TABLE {
         copy.clear();
         {
-            let map = s.lock().unwrap_or_else(PoisonError::into_inner);
+            let map = s.lock();
             if copy.try_reserve(map.len()).is_err() {
                 continue;
             }
@@ -115,7 +218,7 @@ pub(crate) fn for_each(mut f: impl FnMut(usize, &Entry)) {
 /// recorded in the held shard would deadlock.
 pub(crate) fn for_each_locked(mut f: impl FnMut(usize, &Entry)) {
     for s in &TABLE {
-        let map = s.lock().unwrap_or_else(PoisonError::into_inner);
+        let map = s.lock();
         for (&addr, e) in map.iter() {
             f(addr, e);
         }
@@ -123,7 +226,7 @@ pub(crate) fn for_each_locked(mut f: impl FnMut(usize, &Entry)) {
 }
 
 /// The shard guards held across a `fork()`.
-static FORK_GUARDS: [ForkHeld<MutexGuard<'static, Map>>; SHARDS] = [const { ForkHeld::new() }; SHARDS];
+static FORK_GUARDS: [ForkHeld<Guard>; SHARDS] = [const { ForkHeld::new() }; SHARDS];
 
 /// Locks every shard, in index order, before a `fork()` (the prepare
 /// handler in `start.rs`), so a child never inherits a shard locked by a
@@ -133,7 +236,7 @@ static FORK_GUARDS: [ForkHeld<MutexGuard<'static, Map>>; SHARDS] = [const { Fork
 pub(crate) fn fork_prepare() {
     for (g, s) in FORK_GUARDS.iter().zip(&TABLE) {
         // SAFETY: called only from the atfork prepare handler.
-        unsafe { g.hold(s.lock().unwrap_or_else(PoisonError::into_inner)) };
+        unsafe { g.hold(s.lock()) };
     }
 }
 
@@ -147,8 +250,50 @@ pub(crate) fn fork_release() {
 
 /// Number of entries, for overhead reports.
 pub(crate) fn len() -> usize {
-    TABLE
-        .iter()
-        .map(|s| s.lock().unwrap_or_else(PoisonError::into_inner).len())
-        .sum()
+    TABLE.iter().map(|s| s.lock().len()).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_locks_serialize_concurrent_inserts_and_removes() {
+        // Four threads insert and remove their own addresses (tracked, so
+        // the sampling filter stays out of it) in every shard at once: each
+        // remove must return exactly the entry its thread inserted, and the
+        // table must end as it began (other tests of this binary may hold
+        // entries of their own, at addresses far from these).
+        const N: usize = 20_000;
+        let threads: Vec<_> = (1..=4u64)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    let mut mismatches = 0;
+                    for i in 0..N {
+                        let addr = ((0xdead_0000 + t) << 28) as usize | (i << 4);
+                        let e = Entry {
+                            size: (i as u64) << 8 | t,
+                            time_ns: i as u64,
+                            tag: t as u32,
+                            thread: t as u32,
+                            stack: 0,
+                            tracked: true,
+                        };
+                        assert!(insert(addr, e));
+                        if i % 2 == 1 {
+                            let prev = addr - 16;
+                            mismatches += usize::from(remove(prev).map(|p| p.size) != Some(((i - 1) as u64) << 8 | t));
+                            mismatches += usize::from(remove(addr) != Some(e));
+                        }
+                    }
+                    mismatches
+                })
+            })
+            .collect();
+        let bad: usize = threads.into_iter().map(|h| h.join().unwrap()).sum();
+        assert_eq!(bad, 0);
+        let mut ours = 0;
+        for_each(|addr, _| ours += usize::from(addr >> 28 >= 0xdead_0001 && addr >> 28 <= 0xdead_0004));
+        assert_eq!(ours, 0, "every entry the threads inserted was removed");
+    }
 }

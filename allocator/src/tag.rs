@@ -381,7 +381,7 @@ pub fn shared<R>(stage: &'static str, f: impl FnOnce() -> R) -> R {
 //
 // - no guard holds it (`holds`, counted in `state`: every [`TagGuard`]
 //   whose tag it is, and every `ExternalGuard` under it),
-// - no tracked block of it is alive (`tracked_blocks`),
+// - no tracked block of it is alive (`tracked_live` and `zero_blocks`),
 // - no sampled small block of it is alive (`sampled_live`),
 // - no external bytes are recorded under it (`external_bytes`).
 //
@@ -428,8 +428,8 @@ const SENT: usize = 7;
 /// tracked events of one tag share only `tracked_live`'s cache line.
 ///
 /// The statistics are updated with Relaxed atomics: each is an independent
-/// statistic, except the last decrement of a live count (`tracked_blocks`,
-/// `sampled_live`), which is Release so that a retirement that reads it
+/// statistic, except the last decrement of a live count (`tracked_live`,
+/// `zero_blocks`, `sampled_live`), which is Release so that a retirement that reads it
 /// (Acquire) comes after everything the releasing thread wrote for the tag.
 #[repr(C, align(128))]
 pub(crate) struct TagEntry {
@@ -441,8 +441,11 @@ pub(crate) struct TagEntry {
     pub(crate) tracked_live: AtomicU64,
     /// Highest `tracked_live` (exact: maxima of fetch_add results).
     pub(crate) tracked_peak: AtomicU64,
-    /// Tracked blocks alive now.
-    pub(crate) tracked_blocks: AtomicU64,
+    /// Tracked blocks of 0 bytes alive now (C's `malloc(0)` with a 0
+    /// threshold): the only live tracked blocks `tracked_live` cannot show.
+    /// A tag has a live tracked block iff `tracked_live` or this is not 0,
+    /// so a tracked event needs one RMW here, not a byte and a block count.
+    pub(crate) zero_blocks: AtomicU64,
     /// Keeps the sampled figures (written on sampled events) off the
     /// tracked figures' cache line.
     _pad: [u64; 5],
@@ -462,7 +465,7 @@ pub(crate) struct TagEntry {
     /// Of `tracked_live`, bytes of blocks C/C++ allocated through the
     /// `native` malloc shim (`native.rs`; 0 without the feature).
     pub(crate) native_live: AtomicU64,
-    /// Of `tracked_blocks`, native ones alive now.
+    /// Of the tracked blocks alive now, native ones.
     pub(crate) native_blocks: AtomicU64,
     /// Of `sampled_weight`, the weights of sampled native blocks.
     pub(crate) native_small: AtomicU64,
@@ -491,19 +494,29 @@ pub(crate) fn raise(peak: &AtomicU64, value: u64) {
 }
 
 impl TagEntry {
-    /// Adds a tracked block's bytes to the live figures and peaks.
+    /// Adds a tracked block's bytes to the live figures and peaks: one
+    /// locked RMW (`tracked_live`), and the peaks only read unless passed.
+    #[inline]
     pub(crate) fn tracked_add(&self, bytes: u64) {
-        self.tracked_blocks.fetch_add(1, Ordering::Relaxed);
+        if bytes == 0 {
+            self.zero_blocks.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let live = self.tracked_live.fetch_add(bytes, Ordering::Relaxed) + bytes;
         raise(&self.tracked_peak, live);
         raise(&self.peak, live + self.sampled_weight.load(Ordering::Relaxed));
     }
 
-    /// Removes a tracked block's bytes; the block count last (Release, see
-    /// the type's docs).
+    /// Removes a tracked block's bytes: the tag's last write for the block,
+    /// Release (see the type's docs), to `tracked_live` or, for a 0-byte
+    /// block, `zero_blocks`.
+    #[inline]
     pub(crate) fn tracked_sub(&self, bytes: u64) {
-        self.tracked_live.fetch_sub(bytes, Ordering::Relaxed);
-        self.tracked_blocks.fetch_sub(1, Ordering::Release);
+        if bytes == 0 {
+            self.zero_blocks.fetch_sub(1, Ordering::Release);
+        } else {
+            self.tracked_live.fetch_sub(bytes, Ordering::Release);
+        }
     }
 
     /// Adds a sampled block's estimator weights and raises the peak.
@@ -525,7 +538,8 @@ impl TagEntry {
 
     /// No live block and no external bytes (Acquire: see the type's docs).
     fn is_empty(&self) -> bool {
-        self.tracked_blocks.load(Ordering::Acquire) == 0
+        self.tracked_live.load(Ordering::Acquire) == 0
+            && self.zero_blocks.load(Ordering::Acquire) == 0
             && self.sampled_live.load(Ordering::Acquire) == 0
             && self.external_bytes.load(Ordering::Acquire) == 0
     }
@@ -1423,6 +1437,29 @@ pub(crate) fn read_all(mut f: impl FnMut(Read), overflowed: &mut IVec<Tag, Inter
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn live_tracked_blocks_keep_a_tag_from_being_empty_zero_bytes_too() {
+        // SAFETY: all zeroes is the state entries start in (chunks are
+        // allocated zeroed, see `entry`): atomics at 0, the key uninit.
+        let e: TagEntry = unsafe { std::mem::zeroed() };
+        assert!(e.is_empty());
+        e.tracked_add(0);
+        assert!(!e.is_empty(), "a 0-byte tracked block is alive");
+        assert_eq!(e.tracked_live.load(Ordering::Relaxed), 0);
+        e.tracked_add(100);
+        e.tracked_add(28);
+        e.tracked_sub(0);
+        assert!(!e.is_empty());
+        e.tracked_sub(100);
+        assert!(!e.is_empty());
+        assert_eq!(e.tracked_live.load(Ordering::Relaxed), 28);
+        assert_eq!(e.tracked_peak.load(Ordering::Relaxed), 128);
+        assert_eq!(e.peak.load(Ordering::Relaxed), 128);
+        e.tracked_sub(28);
+        assert!(e.is_empty());
+        assert_eq!(e.tracked_peak.load(Ordering::Relaxed), 128);
+    }
 
     #[test]
     fn interning_is_stable_and_distinguishes_dimensions() {
