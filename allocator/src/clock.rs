@@ -33,8 +33,8 @@ pub fn now_ns() -> u64 {
 /// tick, a few ms old at most; a vDSO read without the TSC, about a sixth of
 /// [`now_ns`]'s cost). Never later than [`now_ns`] read at the same moment.
 /// For the birth time of a block recorded while no log runs (only
-/// `tracked_blocks()` and, should a log start later, its carried record
-/// show it), not for events.
+/// `tracked_blocks()` shows it: a log started later carries only blocks of
+/// its own events), not for events.
 #[inline]
 pub(crate) fn coarse_ns() -> u64 {
     read(libc::CLOCK_MONOTONIC_COARSE).saturating_sub(START_MONO.load(Ordering::Relaxed))

@@ -50,11 +50,14 @@ type Map = HashMap<usize, Entry, MixBuild, Internal>;
 /// a waiter sleeps), and a tracked alloc/free pair takes two locks, so that
 /// RMW was a sixth of heaptag's cost on a large pair. Here taking the lock
 /// is one RMW and releasing it a plain Release store. A waiter spins, then
-/// yields, then sleeps 20 us at a time until the holder is done; holders
-/// keep a shard for one insert or remove (or, in `for_each_locked` and
-/// across a `fork()`, a bounded walk), never take another lock inside and
-/// never call the global allocator, so every wait is bounded by a holder's
-/// progress.
+/// yields, then sleeps (~20 us plus timer slack, see [`nap`]) at a time
+/// until the holder is done; holders keep a shard for one insert or remove
+/// (or, in `for_each_locked` and across a `fork()`, a bounded walk), never
+/// take another lock inside and never call the global allocator, so a wait
+/// lasts as long as the holder takes to make that progress: a holder that
+/// is stopped (SIGSTOP, a debugger), or a signal handler that allocates
+/// into the shard its own thread holds, makes it wait for ever, as with
+/// any lock.
 #[repr(align(128))]
 struct Shard {
     locked: AtomicBool,
@@ -100,14 +103,8 @@ impl Shard {
                     std::thread::yield_now();
                 } else {
                     // A holder that was preempted or walks the table: sleep
-                    // instead of burning the core it may need. No allocation.
-                    let ts = libc::timespec {
-                        tv_sec: 0,
-                        tv_nsec: 20_000,
-                    };
-                    // SAFETY: `ts` is a valid timespec; the remainder
-                    // pointer may be null.
-                    unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+                    // instead of burning the core it may need.
+                    nap();
                 }
                 round = round.saturating_add(1);
             }
@@ -119,6 +116,42 @@ impl Shard {
                 return;
             }
         }
+    }
+}
+
+/// Sleeps about 20 us (plus the kernel's timer slack, 50 us by default),
+/// without allocating, without being a cancellation point and leaving
+/// `errno` as it was: this runs inside `malloc`/`free`, which must be none
+/// of those (POSIX makes `nanosleep` a cancellation point, so a deferred
+/// `pthread_cancel` of a thread waiting here would unwind out of the
+/// allocator; a raw `syscall` is not one).
+#[cold]
+fn nap() {
+    let ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 20_000,
+    };
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: `__errno_location` returns the calling thread's errno
+        // slot; `ts` is a valid timespec and the remainder pointer may be
+        // null for SYS_clock_nanosleep; the raw call touches nothing else.
+        unsafe {
+            let errno = *libc::__errno_location();
+            libc::syscall(
+                libc::SYS_clock_nanosleep,
+                libc::CLOCK_MONOTONIC,
+                0,
+                &ts as *const libc::timespec,
+                std::ptr::null_mut::<libc::timespec>(),
+            );
+            *libc::__errno_location() = errno;
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    // SAFETY: `ts` is a valid timespec; the remainder pointer may be null.
+    unsafe {
+        libc::nanosleep(&ts, std::ptr::null_mut());
     }
 }
 

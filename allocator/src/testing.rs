@@ -117,28 +117,31 @@ pub fn measure<R>(f: impl FnOnce(&Probe) -> R) -> (R, Measured) {
 fn live_blocks_of_job(job: u64) -> Vec<Seen> {
     // Fingerprint under each shard's lock (the block cannot be freed while
     // we read it), collecting into internal memory: an allocation through
-    // the global allocator here could need the held shard.
-    let mut found: allocator_api2::vec::Vec<Seen, crate::internal::Internal> =
+    // the global allocator here could need the held shard. Tags are named
+    // only after the walk: `tag_of` takes the tag table's lock, which a
+    // `fork()` takes before the shards (start.rs), so taking it under a
+    // shard could deadlock against a forking thread.
+    let mut found: allocator_api2::vec::Vec<(u32, u64, u64, Fill), crate::internal::Internal> =
         allocator_api2::vec::Vec::new_in(crate::internal::Internal);
     table::for_each_locked(|addr, e| {
-        if !e.tracked {
-            return;
-        }
-        let t = tag::tag_of(e.tag);
-        if t.job != Some(job) || found.try_reserve(1).is_err() {
+        if !e.tracked || found.try_reserve(1).is_err() {
             return;
         }
         // SAFETY: the entry is in the table and its shard is locked, so the
         // block is live and its free waits (a free removes the entry first).
         let fp = unsafe { crate::log::fingerprint_block(addr, e.size) };
-        found.push(Seen {
-            tag: t,
-            size: e.size,
-            hash: fp.hash,
-            fill: fp.fill,
-        });
+        found.push((e.tag, e.size, fp.hash, fp.fill));
     });
-    found.iter().copied().collect()
+    found
+        .iter()
+        .map(|&(id, size, hash, fill)| Seen {
+            tag: tag::tag_of(id),
+            size,
+            hash,
+            fill,
+        })
+        .filter(|s| s.tag.job == Some(job))
+        .collect()
 }
 
 impl Measured {
