@@ -495,12 +495,21 @@ impl Record {
         if version < 2 {
             return match Record::decode_body(code, d, c)? {
                 Some(r) => Ok(Decoded::Record(r)),
-                None => Err(DecodeError {
-                    offset: at,
-                    what: "unknown record kind",
-                }),
+                None => Err(Record::unknown_v1(at)),
             };
         }
+        let mut body = Record::body(c, at)?;
+        let len = body.remaining();
+        Ok(match Record::decode_body(code, d, &mut body)? {
+            Some(r) => Decoded::Record(r),
+            None => Decoded::Unknown { code, len },
+        })
+    }
+
+    /// A version-2 record's body: its length (a varint at `c`), checked
+    /// against what is left of the frame; `at` is the record's offset.
+    #[inline(always)]
+    fn body<'a>(c: &mut Cursor<'a>, at: u64) -> Result<Cursor<'a>, DecodeError> {
         let len = usize::try_from(c.varint()?).unwrap_or(usize::MAX);
         if len > c.remaining() {
             return Err(DecodeError {
@@ -508,11 +517,16 @@ impl Record {
                 what: "record length runs past the end of the frame",
             });
         }
-        let mut body = c.take(len)?;
-        Ok(match Record::decode_body(code, d, &mut body)? {
-            Some(r) => Decoded::Record(r),
-            None => Decoded::Unknown { code, len },
-        })
+        c.take(len)
+    }
+
+    /// A kind a version-1 log cannot skip (it has no record lengths).
+    #[cold]
+    fn unknown_v1(at: u64) -> DecodeError {
+        DecodeError {
+            offset: at,
+            what: "unknown record kind",
+        }
     }
 
     /// As [`Record::decode`], handing the record to `f` where it was built
@@ -531,20 +545,10 @@ impl Record {
         if version < 2 {
             return match Record::decode_body_with(code, d, c, f)? {
                 Some(r) => Ok(Some(r)),
-                None => Err(DecodeError {
-                    offset: at,
-                    what: "unknown record kind",
-                }),
+                None => Err(Record::unknown_v1(at)),
             };
         }
-        let len = usize::try_from(c.varint()?).unwrap_or(usize::MAX);
-        if len > c.remaining() {
-            return Err(DecodeError {
-                offset: at,
-                what: "record length runs past the end of the frame",
-            });
-        }
-        let mut body = c.take(len)?;
+        let mut body = Record::body(c, at)?;
         Record::decode_body_with(code, d, &mut body, f)
     }
 
