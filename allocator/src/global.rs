@@ -589,12 +589,5 @@ fn release(addr: usize, e: &Entry, size: usize, event: bool) {
     if event && log::on() {
         log::emit_leave(addr, e);
     }
-    tag::mark_dirty(e.tag);
-    if e.tracked {
-        thread::count_pair(e.tag, Some(Pair::TrackedFree), e.size);
-        t.tracked_sub(e.size);
-    } else {
-        thread::count_small_free(size as u64);
-        t.sampled_sub(&sampling::weight(e.size as usize));
-    }
+    t.release_block(e, size as u64, false);
 }

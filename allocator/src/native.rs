@@ -277,18 +277,7 @@ fn release(addr: usize, e: &Entry, event: bool) {
     if event && log::on() {
         log::emit_leave(addr, e);
     }
-    tag::mark_dirty(e.tag);
-    if e.tracked {
-        thread::count_pair(e.tag, Some(Pair::TrackedFree), e.size);
-        t.native_live.fetch_sub(e.size, Ordering::Relaxed);
-        t.native_blocks.fetch_sub(1, Ordering::Relaxed);
-        t.tracked_sub(e.size);
-    } else {
-        thread::count_small_free(e.size);
-        let w = sampling::weight(e.size as usize);
-        t.native_small.fetch_sub(w.bytes, Ordering::Relaxed);
-        t.sampled_sub(&w);
-    }
+    t.release_block(e, e.size, true);
 }
 
 /// The bookkeeping of `free(p)` with tracking on, before jemalloc's free.

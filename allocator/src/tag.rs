@@ -519,6 +519,31 @@ impl TagEntry {
         }
     }
 
+    /// A recorded block of this tag (`e.tag`) leaving, after its event was
+    /// queued: marks the tag dirty, counts the free on the calling thread
+    /// (a small one at `size` bytes) and takes the block off the tag's
+    /// figures, the live count last (Release: it may let the tag retire, so
+    /// the retirement comes after the event and the counts). `native`: a C
+    /// block (`native.rs`), whose bytes also leave the native figures.
+    pub(crate) fn release_block(&self, e: &crate::table::Entry, size: u64, native: bool) {
+        mark_dirty(e.tag);
+        if e.tracked {
+            thread::count_pair(e.tag, Some(thread::Pair::TrackedFree), e.size);
+            if native {
+                self.native_live.fetch_sub(e.size, Ordering::Relaxed);
+                self.native_blocks.fetch_sub(1, Ordering::Relaxed);
+            }
+            self.tracked_sub(e.size);
+        } else {
+            thread::count_small_free(size);
+            let w = crate::sampling::weight(e.size as usize);
+            if native {
+                self.native_small.fetch_sub(w.bytes, Ordering::Relaxed);
+            }
+            self.sampled_sub(&w);
+        }
+    }
+
     /// Adds a sampled block's estimator weights and raises the peak.
     pub(crate) fn sampled_add(&self, w: &crate::sampling::Weight) {
         let est = self.sampled_weight.fetch_add(w.bytes, Ordering::Relaxed) + w.bytes;
