@@ -436,8 +436,31 @@ fn heaptag_log_max_from_the_environment_rotates_by_size() {
 fn heaptag_log_keep_leaves_the_last_segments_only() {
     const NAME: &str = "heaptag_log_keep_leaves_the_last_segments_only";
     if common::in_child() {
-        for i in 0..6000usize {
-            drop(black_box(vec![i as u8; 70_000]));
+        // Allocate until the log has reached its fourth segment (0003), so
+        // that older ones must have been deleted: how many events that takes
+        // depends on how many the writer drops at its full queue, which a
+        // fast producer on a loaded machine makes vary. Bounded: 1,000
+        // rounds; the parent's assertions then say what is missing.
+        // (heaptag takes HEAPTAG_LOG out of the environment; the parent
+        // names the directory again.)
+        let dir = PathBuf::from(std::env::var("KEEP_TEST_DIR").unwrap());
+        let past_third = || {
+            std::fs::read_dir(&dir).unwrap().any(|e| {
+                let name = e.unwrap().file_name().to_string_lossy().into_owned();
+                name.strip_prefix("keep.")
+                    .and_then(|n| n.strip_suffix(".htlog"))
+                    .and_then(|n| n.parse::<u32>().ok())
+                    .is_some_and(|n| n >= 3)
+            })
+        };
+        for _ in 0..1000 {
+            for i in 0..6000usize {
+                drop(black_box(vec![i as u8; 70_000]));
+            }
+            if past_third() {
+                return;
+            }
+            std::thread::yield_now();
         }
         return;
     }
@@ -452,6 +475,7 @@ fn heaptag_log_keep_leaves_the_last_segments_only() {
             ("HEAPTAG_LOG_MAX", "16K"),
             ("HEAPTAG_LOG_KEEP", "2"),
             ("HEAPTAG_INTERVAL", "5ms"),
+            ("KEEP_TEST_DIR", dir.to_str().unwrap()),
         ],
     )
     .output()
