@@ -15,7 +15,11 @@
 //! - **sites**, keyed by call site as `heaptag sites` names them: peak live
 //!   and bytes allocated;
 //! - **contents**, keyed by content hash (or, without fingerprints, site and
-//!   size): copies and wasted bytes at the worst moment.
+//!   size): copies and wasted bytes at the worst moment. Hashes match only
+//!   between logs whose fingerprints are the same kind (sampled or full)
+//!   with the same hash function (the header says which, `docs/FORMAT.md`):
+//!   otherwise each side's hashes are shown with their kind and function
+//!   and no content is in both ([`ContentHashes`]).
 //!
 //! Rows are sorted by their largest absolute change in bytes, largest first.
 //!
@@ -130,6 +134,18 @@ pub struct ContentDiff {
     pub wasted_bytes: Change,
 }
 
+/// Which fingerprints each side's content hashes are.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct ContentHashes {
+    /// OLD's: `sampled, XXH3-64`, `full, four-lane`, ...
+    pub old: String,
+    /// NEW's.
+    pub new: String,
+    /// The same kind and function: a hash in both is the same content.
+    /// When false, every content row is in one run only.
+    pub comparable: bool,
+}
+
 /// A gated figure that grew more than allowed.
 #[derive(Clone, Debug, Serialize)]
 pub struct Failure {
@@ -160,6 +176,8 @@ pub struct Diff {
     pub sites: Vec<SiteDiff>,
     /// Per duplicated content, largest change first.
     pub contents: Vec<ContentDiff>,
+    /// Whether the two sides' content hashes compare.
+    pub content_hashes: ContentHashes,
     /// `--fail-above`, percent.
     pub fail_above_pct: Option<f64>,
     /// `--fail-min-bytes`.
@@ -210,10 +228,24 @@ struct Side {
     tags: BTreeMap<String, (u64, u64, u64, u64)>,
     sites: BTreeMap<String, (u64, u64)>,
     contents: BTreeMap<String, (u64, String, u64, u64)>,
+    /// The kind and function of the log's fingerprints (see [`fp_kind`]).
+    fp: String,
+}
+
+/// The kind (sampled or full, from the header) and hash function of a
+/// log's fingerprints: `sampled, XXH3-64`. Every fingerprint of a log is of
+/// the kind its header names.
+fn fp_kind(m: &Model) -> String {
+    let s = &m.header.settings;
+    let kind = if s.fingerprint_full { "full" } else { "sampled" };
+    format!("{kind}, {}", s.fingerprint_hash(s.fingerprint_full).name())
 }
 
 fn side(m: &Model) -> Side {
-    let mut s = Side::default();
+    let mut s = Side {
+        fp: fp_kind(m),
+        ..Side::default()
+    };
     let one = std::slice::from_ref(m);
     // Peaks exactly as baselines hold them, so diff and check agree.
     let b = Baseline::of(one);
@@ -290,7 +322,24 @@ fn biggest(cs: &[Change]) -> u128 {
 
 /// Compares two loaded logs (NEW against OLD).
 pub fn diff(old: &Model, new: &Model, opts: &DiffOptions) -> Diff {
-    let (a, b) = (side(old), side(new));
+    let (mut a, mut b) = (side(old), side(new));
+    let content_hashes = ContentHashes {
+        old: a.fp.clone(),
+        new: b.fp.clone(),
+        comparable: a.fp == b.fp,
+    };
+    if !content_hashes.comparable {
+        // Hashes of different functions (or of different bytes: sampled
+        // against full) say nothing about each other: each side's are
+        // named with what they are, so none is taken for the other's.
+        for x in [&mut a, &mut b] {
+            let fp = x.fp.clone();
+            x.contents = std::mem::take(&mut x.contents)
+                .into_iter()
+                .map(|(k, v)| if k.ends_with("(suspected)") { (k, v) } else { (format!("{k} ({fp})"), v) })
+                .collect();
+        }
+    }
     let run = RunDiff {
         peak_rss_bytes: ch(a.run.0, b.run.0),
         peak_attributed_bytes: ch(a.run.1, b.run.1),
@@ -399,6 +448,7 @@ pub fn diff(old: &Model, new: &Model, opts: &DiffOptions) -> Diff {
         tags,
         sites,
         contents,
+        content_hashes,
         fail_above_pct: opts.fail_above_pct,
         fail_min_bytes: opts.fail_min_bytes,
         failures,
@@ -521,6 +571,15 @@ pub fn render(d: &Diff, f: Format, out: &mut dyn Write) -> io::Result<()> {
     t.write(f, out)?;
 
     heading(f, out, 2, "Per duplicated content, largest change first")?;
+    if !d.content_hashes.comparable {
+        line(
+            out,
+            format!(
+                "Content hashes do not compare: OLD's fingerprints are {}, NEW's {}; no content is matched across the runs.",
+                d.content_hashes.old, d.content_hashes.new
+            ),
+        )?;
+    }
     let mut t = Table::new(&[
         "content",
         "size",

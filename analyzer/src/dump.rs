@@ -38,7 +38,11 @@ pub fn dump(path: &Path, records: bool, out: &mut dyn Write) -> Result<(), Error
             h.settings.sample_rate,
             h.settings.interval_ns / 1_000_000,
             h.settings.fingerprint_min,
-            if h.settings.fingerprint_full { " (full)" } else { "" },
+            {
+                let full = h.settings.fingerprint_full;
+                let hash = h.settings.fingerprint_hash(full).name();
+                format!(" ({}, {hash})", if full { "full" } else { "sampled" })
+            },
             h.settings.stack_depth
         ),
     )?;

@@ -6,7 +6,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{LogBuilder, MIB, MS};
-use heaptag_format::{Record, TagCount};
+use heaptag_format::{Fill, FpHash, FpWhen, LogSettings, Record, TagCount};
 use serde_json::Value;
 
 fn fixture(name: &str) -> String {
@@ -304,4 +304,96 @@ fn bad_diff_arguments_are_refused() {
     assert_eq!(code, 2);
     assert!(err.contains("/nonexistent.htlog: cannot read the log"), "{err}");
     assert_eq!(common::heaptag(&["diff", &log], &[]).0, 2);
+}
+
+/// A run with one content held twice (two 2 MiB blocks with the same
+/// fingerprint, both alive at once), its header's fingerprint settings set
+/// by `settings`.
+fn twin_log(path: &Path, settings: impl FnOnce(&mut LogSettings)) {
+    let mut b = LogBuilder::with_settings(settings);
+    b.tag(1, Some(1), Some("load"), None)
+        .rec(Record::StackDef {
+            id: 1,
+            frames: vec![0x5500_1000],
+        })
+        .alloc(MS, 1, 1, 0x1000_0000, 2 * MIB)
+        .alloc(2 * MS, 1, 1, 0x2000_0000, 2 * MIB)
+        .fp(3 * MS, 0x1000_0000, 2 * MIB, 0xfeed_f00d, Fill::Mixed, FpWhen::Free)
+        .free(3 * MS, 0x1000_0000, 2 * MIB)
+        .fp(4 * MS, 0x2000_0000, 2 * MIB, 0xfeed_f00d, Fill::Mixed, FpWhen::Free)
+        .free(4 * MS, 0x2000_0000, 2 * MIB)
+        .rec(Record::End {
+            time_ns: 5 * MS,
+            dropped: 0,
+        });
+    b.write(path);
+}
+
+#[test]
+fn content_hashes_match_only_under_the_same_fingerprint_hash() {
+    let logs: Vec<(&str, PathBuf, fn(&mut LogSettings))> = vec![
+        // heaptag 0.2.0's header: no sampled-hash field (four-lane).
+        ("sampled, four-lane", common::temp("diff-fp-old"), |s| {
+            s.sampled_hash = FpHash::FourLane
+        }),
+        ("sampled, XXH3-64", common::temp("diff-fp-new"), |s| s.sampled_hash = FpHash::Xxh3),
+        ("sampled, XXH3-64", common::temp("diff-fp-new2"), |s| s.sampled_hash = FpHash::Xxh3),
+        ("full, XXH3-64", common::temp("diff-fp-full"), |s| {
+            s.fingerprint_full = true;
+            s.full_hash = FpHash::Xxh3
+        }),
+        ("full, four-lane", common::temp("diff-fp-full1"), |s| {
+            s.fingerprint_full = true;
+            s.full_hash = FpHash::FourLane
+        }),
+    ];
+    for (_, path, f) in &logs {
+        twin_log(path, f);
+    }
+    let s = |p: &PathBuf| p.display().to_string();
+    for (ka, a, _) in &logs {
+        for (kb, b, _) in &logs {
+            let (_, d) = diff_json(&s(a), &s(b), &[]);
+            let hashes = &d["content_hashes"];
+            assert_eq!(hashes["old"], *ka);
+            assert_eq!(hashes["new"], *kb);
+            let contents = d["contents"].as_array().unwrap();
+            if ka == kb {
+                // The same content, in both runs: one row.
+                assert_eq!(hashes["comparable"], true, "{ka} against {kb}");
+                assert_eq!(contents.len(), 1, "{d}");
+                assert_eq!(contents[0]["content"], format!("{:016x}", 0xfeed_f00du64));
+                assert_eq!(contents[0]["copies"]["before"], 2);
+                assert_eq!(contents[0]["copies"]["after"], 2);
+            } else {
+                // The same 64-bit value under two hash functions is not the
+                // same content: two rows, each in one run only.
+                assert_eq!(hashes["comparable"], false, "{ka} against {kb}");
+                assert_eq!(contents.len(), 2, "{d}");
+                for c in contents {
+                    let old = c["copies"]["before"].as_u64().unwrap();
+                    let new = c["copies"]["after"].as_u64().unwrap();
+                    let kind = if old > 0 { ka } else { kb };
+                    assert_eq!((old.min(new), old.max(new)), (0, 2), "{c}");
+                    assert_eq!(c["content"], format!("{:016x} ({kind})", 0xfeed_f00du64));
+                }
+                let (_, text, _) = common::heaptag(&["diff", &s(a), &s(b)], &[]);
+                assert!(
+                    text.contains(&format!(
+                        "Content hashes do not compare: OLD's fingerprints are {ka}, NEW's {kb}; no content is \
+                         matched across the runs."
+                    )),
+                    "{text}"
+                );
+            }
+        }
+    }
+    // `dump` names the hash each log's header says.
+    for (k, p, _) in &logs {
+        let (_, text, _) = common::heaptag(&["dump", &s(p)], &[]);
+        assert!(text.contains(&format!("fingerprints from 1048576 B ({k})")), "{text}");
+    }
+    for (_, p, _) in &logs {
+        let _ = std::fs::remove_file(p);
+    }
 }

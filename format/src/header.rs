@@ -28,6 +28,45 @@ pub(crate) const FIXED_LEN: usize = 8 + 2 + 2 + 4 + 4;
 /// for a different full hash: full-fingerprint hashes compare only between
 /// logs with the same value (`docs/FORMAT.md`).
 pub const FINGERPRINT_FULL_XXH3: u64 = 2;
+/// The header's "fingerprint full" value of logs of heaptag before XXH3
+/// (0.2.0 and earlier): full fingerprints are [`FpHash::FourLane`].
+pub const FINGERPRINT_FULL_FOUR_LANE: u64 = 1;
+/// The "sampled fingerprint hash" field this version appends to the header
+/// body, after the module map: sampled fingerprints are XXH3-64 seeded with
+/// the block's length. Headers without the field (every earlier heaptag's)
+/// mean [`FpHash::FourLane`]; a reader that does not know the field skips
+/// it (readers ignore what follows the module map).
+pub const FINGERPRINT_SAMPLED_XXH3: u64 = 1;
+
+/// The hash function of a log's fingerprints of one kind (full or sampled).
+/// Hashes compare only between fingerprints of the same kind and the same
+/// hash ([`LogSettings::fingerprint_hash`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FpHash {
+    /// Earlier heaptag builds: a four-lane multiply hash of the words read
+    /// (full: logs with "fingerprint full" 1; sampled: logs without the
+    /// appended field).
+    FourLane,
+    /// XXH3-64 (the reference `xxhash.h`, `xxhash-rust`, `twox-hash`): full,
+    /// seed 0 over every byte; sampled, seeded with the block's length over
+    /// the 64 pieces' concatenation (`docs/FORMAT.md`, "Fingerprints").
+    #[default]
+    Xxh3,
+    /// A code this reader does not know (a later heaptag's): its hashes
+    /// compare only with the same code's.
+    Unknown(u64),
+}
+
+impl FpHash {
+    /// A short name: `four-lane`, `XXH3-64`, `hash code N`.
+    pub fn name(&self) -> String {
+        match self {
+            FpHash::FourLane => "four-lane".into(),
+            FpHash::Xxh3 => "XXH3-64".into(),
+            FpHash::Unknown(c) => format!("hash code {c}"),
+        }
+    }
+}
 
 /// Settings the writing process ran with.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -41,15 +80,38 @@ pub struct LogSettings {
     /// Tracked blocks of at least this size were fingerprinted.
     pub fingerprint_min: u64,
     /// Fingerprints hash the whole content (otherwise sampled blocks).
-    /// Written as [`FINGERPRINT_FULL_XXH3`]; any value but 0 reads as full
-    /// (1: a log of an earlier heaptag, whose full hash was another).
+    /// Written as [`FINGERPRINT_FULL_XXH3`] (or 1 when [`full_hash`] is
+    /// [`FpHash::FourLane`]); any value but 0 reads as full (1: a log of an
+    /// earlier heaptag, whose full hash was another).
+    ///
+    /// [`full_hash`]: LogSettings::full_hash
     pub fingerprint_full: bool,
+    /// The hash of full fingerprints, from the "fingerprint full" value (1:
+    /// four-lane, 2: XXH3-64). Meaningful when `fingerprint_full`; a log
+    /// with 0 there has no full fingerprints and reads as XXH3-64.
+    pub full_hash: FpHash,
+    /// The hash of sampled fingerprints: the "sampled fingerprint hash"
+    /// field appended to the header ([`FINGERPRINT_SAMPLED_XXH3`]), four-lane
+    /// when absent (logs of earlier heaptag builds, and version 1).
+    pub sampled_hash: FpHash,
     /// Maximum frames per call stack (0: stacks off).
     pub stack_depth: u32,
     /// Capacity of the event buffer, in events.
     pub buffer_events: u64,
     /// C and C++ code also allocates from jemalloc (unprefixed build).
     pub unprefixed_jemalloc: bool,
+}
+
+impl LogSettings {
+    /// The hash of this log's fingerprints of one kind (the record's `full`
+    /// bit): fingerprints compare by hash only when this is the same.
+    pub fn fingerprint_hash(&self, full: bool) -> FpHash {
+        if full {
+            self.full_hash
+        } else {
+            self.sampled_hash
+        }
+    }
 }
 
 /// One loaded object (executable or shared library) mapped executable.
@@ -109,7 +171,12 @@ impl Header {
             s.sample_rate,
             s.interval_ns,
             s.fingerprint_min,
-            if s.fingerprint_full { FINGERPRINT_FULL_XXH3 } else { 0 },
+            match (s.fingerprint_full, s.full_hash) {
+                (false, _) => 0,
+                (true, FpHash::FourLane) => FINGERPRINT_FULL_FOUR_LANE,
+                (true, FpHash::Xxh3) => FINGERPRINT_FULL_XXH3,
+                (true, FpHash::Unknown(c)) => c,
+            },
             u64::from(s.stack_depth),
             s.buffer_events,
             u64::from(s.unprefixed_jemalloc),
@@ -123,6 +190,13 @@ impl Header {
             put_varint(&mut body, m.file_offset);
             put_str(&mut body, &m.path);
             put_bytes(&mut body, &m.build_id);
+        }
+        // Appended fields (readers skip what follows the module map). A
+        // four-lane log is written as earlier heaptags wrote it: without.
+        match s.sampled_hash {
+            FpHash::FourLane => {}
+            FpHash::Xxh3 => put_varint(&mut body, FINGERPRINT_SAMPLED_XXH3),
+            FpHash::Unknown(c) => put_varint(&mut body, c),
         }
         out.put(&MAGIC);
         out.put(&VERSION.to_le_bytes());
@@ -195,12 +269,20 @@ impl Header {
                 cmdline.push(format!("[{} more arguments not kept]", n - MAX_ARGS));
             }
             let heaptag_version = c.string()?;
-            let settings = LogSettings {
-                threshold: c.varint()?,
-                sample_rate: c.varint()?,
-                interval_ns: c.varint()?,
-                fingerprint_min: c.varint()?,
-                fingerprint_full: c.varint()? != 0,
+            let (threshold, sample_rate, interval_ns, fingerprint_min) = (c.varint()?, c.varint()?, c.varint()?, c.varint()?);
+            let full = c.varint()?;
+            let mut settings = LogSettings {
+                threshold,
+                sample_rate,
+                interval_ns,
+                fingerprint_min,
+                fingerprint_full: full != 0,
+                full_hash: match full {
+                    FINGERPRINT_FULL_FOUR_LANE => FpHash::FourLane,
+                    0 | FINGERPRINT_FULL_XXH3 => FpHash::Xxh3,
+                    c => FpHash::Unknown(c),
+                },
+                sampled_hash: FpHash::FourLane,
                 stack_depth: c.varint32()?,
                 buffer_events: c.varint()?,
                 unprefixed_jemalloc: c.varint()? != 0,
@@ -221,6 +303,15 @@ impl Header {
                     path: c.string()?,
                     build_id: c.bytes()?.to_vec(),
                 });
+            }
+            // Appended fields, each absent in earlier logs; anything after
+            // the ones this reader knows is a later writer's, skipped.
+            if !c.is_empty() {
+                settings.sampled_hash = match c.varint()? {
+                    0 => FpHash::FourLane,
+                    FINGERPRINT_SAMPLED_XXH3 => FpHash::Xxh3,
+                    c => FpHash::Unknown(c),
+                };
             }
             Ok(Header {
                 version,
@@ -244,19 +335,103 @@ mod tests {
     use super::*;
 
     fn body_and_back(full: bool) -> (Vec<u8>, Header) {
-        let h = Header {
+        encode_and_back(LogSettings {
+            fingerprint_full: full,
+            ..LogSettings::default()
+        })
+    }
+
+    fn header_with(settings: LogSettings) -> Header {
+        Header {
             version: crate::VERSION,
-            settings: LogSettings {
-                fingerprint_full: full,
-                ..LogSettings::default()
-            },
+            pid: 7,
+            exe: "/bin/x".into(),
+            settings,
+            modules: vec![Module {
+                start: 0x1000,
+                end: 0x2000,
+                file_offset: 0,
+                path: "/bin/x".into(),
+                build_id: vec![1, 2],
+            }],
             ..Header::default()
-        };
+        }
+    }
+
+    fn encode_and_back(settings: LogSettings) -> (Vec<u8>, Header) {
         let mut bytes = Vec::new();
-        h.encode(&mut bytes);
+        header_with(settings).encode(&mut bytes);
         let (version, len, crc) = Header::parse_fixed(bytes[..FIXED_LEN].try_into().unwrap()).unwrap();
         let back = Header::decode_body(version, &bytes[FIXED_LEN..FIXED_LEN + len], crc).unwrap();
         (bytes, back)
+    }
+
+    fn decode(body: &[u8]) -> Result<Header, ReadError> {
+        Header::decode_body(crate::VERSION, body, crc32fast::hash(body))
+    }
+
+    #[test]
+    fn the_sampled_hash_is_a_field_after_the_module_map_and_absent_means_four_lane() {
+        let new = LogSettings::default();
+        assert_eq!((new.sampled_hash, new.full_hash), (FpHash::Xxh3, FpHash::Xxh3), "what this version writes");
+        let (with, back) = encode_and_back(new.clone());
+        assert_eq!(back.settings, new);
+        assert_eq!(back, header_with(new.clone()), "every field reads back");
+        let old = LogSettings {
+            sampled_hash: FpHash::FourLane,
+            ..new.clone()
+        };
+        let (without, back) = encode_and_back(old.clone());
+        assert_eq!(back.settings.sampled_hash, FpHash::FourLane);
+        // The new body is the old one (an earlier heaptag's, byte for byte:
+        // nothing else changed) plus one varint at the end, where a reader
+        // that stops after the module map never looks: every field it
+        // reads is the same.
+        let (bw, bo) = (&with[FIXED_LEN..], &without[FIXED_LEN..]);
+        assert_eq!(bw.len(), bo.len() + 1);
+        assert_eq!(&bw[..bo.len()], bo);
+        assert_eq!(bw[bo.len()], FINGERPRINT_SAMPLED_XXH3 as u8);
+        assert_eq!(decode(bo).unwrap().settings, old);
+        // A later writer's code is kept as unknown, and fields appended
+        // after it are skipped.
+        let mut later = bo.to_vec();
+        later.extend([9, 0x80, 0x01, 42]);
+        assert_eq!(decode(&later).unwrap().settings.sampled_hash, FpHash::Unknown(9));
+        let mut zero = bo.to_vec();
+        zero.push(0);
+        assert_eq!(decode(&zero).unwrap().settings.sampled_hash, FpHash::FourLane);
+        // A damaged field (a varint cut short) is a damaged header.
+        let mut cut = bo.to_vec();
+        cut.push(0x80);
+        assert!(matches!(decode(&cut), Err(ReadError::BadHeader(_))));
+        // Which hash each kind of fingerprint has.
+        assert_eq!(back.settings.fingerprint_hash(false), FpHash::FourLane);
+        assert_eq!(back.settings.fingerprint_hash(true), FpHash::Xxh3);
+    }
+
+    #[test]
+    fn full_hash_codes_round_trip() {
+        for (hash, code) in [
+            (FpHash::FourLane, FINGERPRINT_FULL_FOUR_LANE),
+            (FpHash::Xxh3, FINGERPRINT_FULL_XXH3),
+            (FpHash::Unknown(5), 5),
+        ] {
+            let s = LogSettings {
+                fingerprint_full: true,
+                full_hash: hash,
+                ..LogSettings::default()
+            };
+            let (bytes, back) = encode_and_back(s.clone());
+            assert_eq!(back.settings, s, "{code}");
+            let (_, zero) = encode_and_back(LogSettings {
+                fingerprint_full: false,
+                ..s
+            });
+            assert!(!zero.settings.fingerprint_full);
+            // The code is the byte that differs from a sampled log's body.
+            let (sampled, _) = encode_and_back(LogSettings::default());
+            assert!(bytes.iter().zip(&sampled).any(|(a, b)| (*a, *b) == (code as u8, 0)), "{code}");
+        }
     }
 
     #[test]

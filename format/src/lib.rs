@@ -30,7 +30,10 @@ pub mod units;
 pub use codec::Sink;
 pub use field::Deltas;
 pub use frame::{write_frame, FrameEncoder, FRAME_HEADER_LEN, FRAME_HEADER_LEN_V1, MAX_FRAME, SYNC};
-pub use header::{Header, LogSettings, Module, COMPAT, FINGERPRINT_FULL_XXH3, MAGIC, MAX_ARGS, MAX_MODULES, VERSION};
+pub use header::{
+    FpHash, Header, LogSettings, Module, COMPAT, FINGERPRINT_FULL_FOUR_LANE, FINGERPRINT_FULL_XXH3,
+    FINGERPRINT_SAMPLED_XXH3, MAGIC, MAX_ARGS, MAX_MODULES, VERSION,
+};
 pub use reader::{LogReader, Problem, ProblemKind};
 pub use record::{kinds_markdown, Decoded, Event, FieldDoc, Fill, FpMeta, FpWhen, Kind, Record, RecordRef, TagCount};
 pub use units::{parse_duration, parse_size};

@@ -22,6 +22,8 @@ fn header() -> Header {
             interval_ns: 100_000_000,
             fingerprint_min: 1 << 20,
             fingerprint_full: false,
+            full_hash: heaptag_format::FpHash::Xxh3,
+            sampled_hash: heaptag_format::FpHash::Xxh3,
             stack_depth: 32,
             buffer_events: 65536,
             unprefixed_jemalloc: false,

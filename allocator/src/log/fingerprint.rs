@@ -2,22 +2,27 @@
 //!
 //! The same call site legitimately allocates distinct per-partition data, so
 //! site and size cannot tell a duplicate from a sibling; byte-identical
-//! content can. A sampled fingerprint is the length plus a 64-bit hash of 64
-//! blocks of 64 bytes spread evenly over the buffer (4 KiB read, whatever its
-//! size). A full one (`HEAPTAG_FINGERPRINT_FULL=1`) is XXH3-64 of every byte
-//! (a well-studied hash; no allocation), the algorithm the log's header names
-//! (`docs/FORMAT.md`): with AVX2 (detected at run time) heaptag's own
-//! in-place loop ([`avx2`]), otherwise the `xxhash-rust` crate on copies
-//! ([`full_copied`]); the same value, which the tests check against
-//! `xxhash-rust` and `twox-hash`.
+//! content can. A sampled fingerprint (the default) is XXH3-64, seeded with
+//! the block's length, of 64 pieces of 64 bytes spread evenly over the block
+//! (4 KiB read, whatever its size; the whole block when it is 4 KiB or
+//! less). A full one (`HEAPTAG_FINGERPRINT_FULL=1`) is XXH3-64 (seed 0) of
+//! every byte. XXH3 is a well-studied hash; neither allocates. The log's
+//! header names both algorithms (`docs/FORMAT.md`). With AVX2 (detected at
+//! run time) both run heaptag's own in-place XXH3 loop ([`avx2`]): XXH3's
+//! 64-byte stripe is one piece, so a sampled fingerprint loads each stripe
+//! from its piece's address; otherwise the `xxhash-rust` crate hashes copies
+//! ([`full_copied`], [`sampled_copied`]). Each path gives the same value,
+//! which the tests check against `xxhash-rust` and `twox-hash`.
 //! Blocks whose every byte read is the same value (a fresh `vec![0; n]`) are
 //! flagged as zero or constant filled, and are never reported as duplicates.
 
 use heaptag_format::Fill;
 
-const BLOCKS: usize = 64;
-const BLOCK: usize = 64;
-const K: u64 = 0x9e37_79b9_7f4a_7c15;
+/// Pieces a sampled fingerprint reads, and bytes per piece (one XXH3 stripe).
+const PIECES: usize = 64;
+const PIECE: usize = 64;
+/// Bytes a sampled fingerprint hashes: the pieces' concatenation.
+const SAMPLE: usize = PIECES * PIECE;
 
 /// A fingerprint: hash and fill.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,13 +187,8 @@ unsafe fn full_copied(p: *const u8, size: usize) -> Fingerprint {
         unsafe { copy_out(p.add(off), chunk) };
         if uniform {
             let b = *first.get_or_insert(chunk.first().copied().unwrap_or(0));
-            // Word-wide compare (vectorized); most blocks differ in the first.
-            let pat = u64::from_ne_bytes([b; 8]);
-            let mut words = chunk.chunks_exact(8);
-            let diff = words.by_ref().fold(0u64, |acc, w| {
-                acc | (u64::from_ne_bytes(w.try_into().unwrap_or([b; 8])) ^ pat)
-            });
-            uniform = diff == 0 && words.remainder().iter().all(|&x| x == b);
+            // Most blocks differ in the first chunk.
+            uniform = all_equal(chunk, b);
         }
         h.update(chunk);
         off += n;
@@ -201,7 +201,9 @@ unsafe fn full_copied(p: *const u8, size: usize) -> Fingerprint {
     Fingerprint { hash: h.digest(), fill }
 }
 
-/// XXH3-64 of long inputs with AVX2, reading the block in place.
+/// XXH3-64 of long inputs with AVX2, reading the block in place: every byte
+/// (full fingerprints, seed 0) or each 64-byte piece of a sampled one as one
+/// stripe (seed = the block's length).
 ///
 /// `xxhash-rust` picks its SIMD code at compile time (`cfg(target_feature)`),
 /// so a baseline x86_64 build runs its SSE2 loop; and it, like every XXH3
@@ -209,9 +211,10 @@ unsafe fn full_copied(p: *const u8, size: usize) -> Fingerprint {
 /// may not be turned into (hence [`full_copied`]'s copy: with the SSE2 loop
 /// 1.3-1.7x the CPU time of merely reading a block out of cache, where this
 /// loop matches it; `full_fingerprint_speed`). This is XXH3's stripe loop for
-/// inputs over 240 bytes, default secret, seed 0, as `xxh_x86dispatch.c` and
-/// `xxhash.h` (`XXH3_accumulate_512_avx2`, `XXH3_scrambleAcc_avx2`,
-/// `XXH3_hashLong_64b`) define it, with every load of the block an `asm`
+/// inputs over 240 bytes, default secret (seed 0) or the secret derived from
+/// a seed, as `xxh_x86dispatch.c` and `xxhash.h` (`XXH3_accumulate_512_avx2`,
+/// `XXH3_scrambleAcc_avx2`, `XXH3_initCustomSecret`,
+/// `XXH3_hashLong_64b_withSeed`) define it, with every load of the block an `asm`
 /// `vmovdqu` (opaque, as [`load`]); the uniform-fill check rides on the same
 /// loads. The tests check it against `xxhash-rust` and `twox-hash` on every
 /// length class (block and stripe boundaries, odd tails).
@@ -290,14 +293,14 @@ mod avx2 {
 
     impl State {
         /// `XXH3_accumulate_512_avx2` on the stripe at `p` with the key at
-        /// `SECRET[key..]`.
+        /// `secret[key..]`.
         ///
         /// # Safety
         /// `p..p+64` must be inside a live allocation; `key + 64 <=
         /// SECRET.len()`; the CPU has AVX2.
         #[inline]
         #[target_feature(enable = "avx2")]
-        unsafe fn stripe(&mut self, p: *const u8, key: usize) {
+        unsafe fn stripe(&mut self, p: *const u8, secret: &Secret, key: usize) {
             // SAFETY: the CPU has AVX2 (one block: Rust before 1.87 has
             // every intrinsic unsafe); `32 * i + 32 <= 64`, so the loads
             // stay inside the stripe and `key + 32 * i + 32 <= SECRET.len()`
@@ -306,7 +309,7 @@ mod avx2 {
                 for (i, acc) in self.acc.iter_mut().enumerate() {
                     let data = load32(p.add(32 * i));
                     self.diff = _mm256_or_si256(self.diff, _mm256_xor_si256(data, self.pattern));
-                    let k = _mm256_loadu_si256(SECRET.as_ptr().add(key + 32 * i).cast());
+                    let k = _mm256_loadu_si256(secret.as_ptr().add(key + 32 * i).cast());
                     let dk = _mm256_xor_si256(data, k);
                     // Each 64-bit lane: its low 32 bits times its high 32 bits.
                     let product = _mm256_mul_epu32(dk, _mm256_shuffle_epi32::<0b00_11_00_01>(dk));
@@ -323,14 +326,14 @@ mod avx2 {
         /// The CPU has AVX2.
         #[inline]
         #[target_feature(enable = "avx2")]
-        unsafe fn scramble(&mut self) {
+        unsafe fn scramble(&mut self, secret: &Secret) {
             // SAFETY: the CPU has AVX2; `SCRAMBLE_AT + 32 * i + 32 <=
             // SECRET.len()` (unaligned loads).
             unsafe {
                 let prime = _mm256_set1_epi32(PRIME32_1 as i32);
                 for (i, acc) in self.acc.iter_mut().enumerate() {
                     let a = _mm256_xor_si256(*acc, _mm256_srli_epi64::<47>(*acc));
-                    let k = _mm256_loadu_si256(SECRET.as_ptr().add(SCRAMBLE_AT + 32 * i).cast());
+                    let k = _mm256_loadu_si256(secret.as_ptr().add(SCRAMBLE_AT + 32 * i).cast());
                     let dk = _mm256_xor_si256(a, k);
                     // dk * PRIME32_1 in each 64-bit lane, from 32x32 products.
                     let lo = _mm256_mul_epu32(dk, prime);
@@ -341,10 +344,26 @@ mod avx2 {
         }
     }
 
-    fn secret64(at: usize) -> u64 {
+    /// A secret: XXH3's default one, or one derived from a seed.
+    type Secret = [u8; 192];
+
+    fn secret64(secret: &Secret, at: usize) -> u64 {
         let mut w = [0u8; 8];
-        w.copy_from_slice(&SECRET[at..at + 8]);
+        w.copy_from_slice(&secret[at..at + 8]);
         u64::from_le_bytes(w)
+    }
+
+    /// `XXH3_initCustomSecret`: the secret XXH3-64 with `seed` hashes long
+    /// inputs with (each 16 bytes of the default secret: the seed added to
+    /// its first 8, taken from its last 8, little endian).
+    fn seeded_secret(seed: u64) -> Secret {
+        let mut out = SECRET;
+        for (i, w) in out.chunks_exact_mut(8).enumerate() {
+            let v = secret64(&SECRET, 8 * i);
+            let v = if i % 2 == 0 { v.wrapping_add(seed) } else { v.wrapping_sub(seed) };
+            w.copy_from_slice(&v.to_le_bytes());
+        }
+        out
     }
 
     fn mul128_fold64(a: u64, b: u64) -> u64 {
@@ -359,16 +378,55 @@ mod avx2 {
     /// CPU has AVX2.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn full(p: *const u8, size: usize) -> Fingerprint {
+        // SAFETY: the caller's guarantees; every stripe `at` is asked for
+        // lies inside the block (`long`'s contract: `off + 64 <= size`).
+        unsafe { long(size, &SECRET, |off| p.add(off)) }
+    }
+
+    /// The sampled fingerprint of the block `p..p+size`: XXH3-64 with seed
+    /// `size` of its pieces' concatenation ([`super::piece_at`]), each
+    /// stripe loaded from its piece in place, or of the whole block when it
+    /// is [`super::SAMPLE`] bytes or less.
+    ///
+    /// # Safety
+    /// `p..p+size` must be inside a live allocation; `size > MIN_LEN`; the
+    /// CPU has AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn sampled(p: *const u8, size: usize) -> Fingerprint {
+        let secret = seeded_secret(size as u64);
+        if size <= super::SAMPLE {
+            // SAFETY: as in `full`.
+            return unsafe { long(size, &secret, |off| p.add(off)) };
+        }
+        let step = super::piece_step(size);
+        // SAFETY: the caller's guarantees. The input is the 4,096-byte
+        // concatenation, so every stripe `long` asks for starts at a
+        // multiple of 64 below 4,096 (the last one too: 4,096 - 64), which
+        // is piece `off / 64` whole, inside the block (`piece_at`).
+        unsafe { long(super::SAMPLE, &secret, |off| p.add(super::piece_at(size, step, off / super::PIECE))) }
+    }
+
+    /// XXH3-64 with `secret` (the default one for seed 0, else
+    /// [`seeded_secret`]) of a `len`-byte input whose 64 bytes at offset
+    /// `off` are at `at(off)`, and its fill.
+    ///
+    /// # Safety
+    /// `len > MIN_LEN`; the CPU has AVX2; for every `off` that is a multiple
+    /// of 64 with `off + 64 <= len`, and for `off = len - 64`, `at(off)..+64`
+    /// is inside a live allocation and holds the input's bytes
+    /// `off..off + 64`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn long(len: usize, secret: &Secret, at: impl Fn(usize) -> *const u8) -> Fingerprint {
         // SAFETY: the CPU has AVX2, the caller's guarantee (one block: Rust
-        // before 1.87 has every intrinsic unsafe). Every stripe read is
-        // inside `p..p+size`: a whole block ends at `(b + 1) * BLOCK <=
-        // blocks * BLOCK <= size - 1`; the partial block's stripes end at
-        // `blocks * BLOCK + stripes * 64 <= size - 1`; the last stripe is
-        // `size - 64..size` (`size > MIN_LEN > 64`), as is the first load.
-        // Keys: `st * 8 + 64 <= SECRET.len()` for `st < STRIPES`, and
-        // `LAST_AT + 64 <= SECRET.len()`. `acc` is 64 writable bytes.
+        // before 1.87 has every intrinsic unsafe). Every stripe read starts
+        // at a multiple of 64 ending at most at `len - 1`, or is the last
+        // stripe `len - 64..len` (`len > MIN_LEN > 64`), as is the first
+        // load (offset 0). Keys: `st * 8 + 64 <= SECRET.len()` for `st <
+        // STRIPES`, and `LAST_AT + 64 <= SECRET.len()`. `acc` is 64
+        // writable bytes.
         let (acc, first, uniform) = unsafe {
-            let first = _mm_cvtsi128_si32(_mm256_castsi256_si128(load32(p))) as u8;
+            let first = _mm_cvtsi128_si32(_mm256_castsi256_si128(load32(at(0)))) as u8;
             let mut s = State {
                 acc: [
                     _mm256_set_epi64x(PRIME64_3 as i64, PRIME64_2 as i64, PRIME64_1 as i64, PRIME32_3 as i64),
@@ -377,31 +435,31 @@ mod avx2 {
                 diff: _mm256_setzero_si256(),
                 pattern: _mm256_set1_epi8(first as i8),
             };
-            let blocks = (size - 1) / BLOCK;
+            let blocks = (len - 1) / BLOCK;
             for b in 0..blocks {
                 for st in 0..STRIPES {
-                    s.stripe(p.add(b * BLOCK + st * 64), st * 8);
+                    s.stripe(at(b * BLOCK + st * 64), secret, st * 8);
                 }
-                s.scramble();
+                s.scramble(secret);
             }
             // The last, partial block: whole stripes short of the last byte.
-            let stripes = (size - 1 - blocks * BLOCK) / 64;
+            let stripes = (len - 1 - blocks * BLOCK) / 64;
             for st in 0..stripes {
-                s.stripe(p.add(blocks * BLOCK + st * 64), st * 8);
+                s.stripe(at(blocks * BLOCK + st * 64), secret, st * 8);
             }
             // The last 64 bytes (overlapping the stripes before them).
-            s.stripe(p.add(size - 64), LAST_AT);
+            s.stripe(at(len - 64), secret, LAST_AT);
             let mut acc = [0u64; 8];
             _mm256_storeu_si256(acc.as_mut_ptr().cast(), s.acc[0]);
             _mm256_storeu_si256(acc.as_mut_ptr().add(4).cast(), s.acc[1]);
             (acc, first, _mm256_testz_si256(s.diff, s.diff) != 0)
         };
-        let mut h = (size as u64).wrapping_mul(PRIME64_1);
+        let mut h = (len as u64).wrapping_mul(PRIME64_1);
         for i in 0..4 {
             let at = MERGE_AT + 16 * i;
             h = h.wrapping_add(mul128_fold64(
-                acc[2 * i] ^ secret64(at),
-                acc[2 * i + 1] ^ secret64(at + 8),
+                acc[2 * i] ^ secret64(secret, at),
+                acc[2 * i + 1] ^ secret64(secret, at + 8),
             ));
         }
         // XXH3_avalanche.
@@ -417,96 +475,74 @@ mod avx2 {
     }
 }
 
-/// Four independent lanes, so the multiplies of consecutive words overlap
-/// (about 4x the throughput of one chain). Sampled fingerprints only; full
-/// ones were this hash over every word before XXH3.
-struct Hasher {
-    lanes: [u64; 4],
-    /// The first byte seen, repeated in every byte of a word.
-    pattern: Option<u64>,
-    uniform: bool,
+/// Bytes between the starts of consecutive pieces of a block of `size >
+/// SAMPLE` bytes (at least [`PIECE`]: the pieces do not overlap, but for
+/// the last, which ends at the block's end).
+#[inline]
+fn piece_step(size: usize) -> usize {
+    (size - PIECE) / (PIECES - 1)
 }
 
-impl Hasher {
-    fn new(len: usize) -> Hasher {
-        let l = (len as u64).wrapping_mul(K);
-        Hasher {
-            lanes: [l, l ^ 1, l ^ 2, l ^ 3],
-            pattern: None,
-            uniform: true,
-        }
-    }
-
-    #[inline(always)]
-    fn mix(h: u64, w: u64) -> u64 {
-        (h ^ w).wrapping_mul(K).rotate_left(29)
-    }
-
-    #[inline(always)]
-    fn uniform_check(&mut self, diff: u64) {
-        if diff != 0 {
-            self.uniform = false;
-        }
-    }
-
-    fn pattern(&mut self, w: u64) -> u64 {
-        *self.pattern.get_or_insert(u64::from(w as u8) * 0x0101_0101_0101_0101)
-    }
-
-    fn word(&mut self, w: u64) {
-        let p = self.pattern(w);
-        self.uniform_check(w ^ p);
-        self.lanes[0] = Self::mix(self.lanes[0], w);
-    }
-
-    fn finish(self) -> Fingerprint {
-        let fill = match (self.uniform, self.pattern) {
-            (true, Some(0)) | (true, None) => Fill::Zero,
-            (true, Some(p)) => Fill::Constant(p as u8),
-            _ => Fill::Mixed,
-        };
-        let [a, b, c, d] = self.lanes;
-        let h = Self::mix(Self::mix(Self::mix(a, b), c), d);
-        Fingerprint {
-            hash: crate::internal::mix64(h),
-            fill,
-        }
-    }
-
-    /// Hashes `len` bytes at `p` (whole words; a tail shorter than a word is
-    /// read as the last full word of the block).
-    ///
-    /// # Safety
-    /// `p..p+len` must be inside a live allocation and `len >= 8`.
-    unsafe fn range(&mut self, p: *const u8, len: usize) {
-        let words = len / 8;
-        // SAFETY: `len >= 8`: the first word is inside the range.
-        let pat = self.pattern(unsafe { load(p) });
-        let quads = words / 4;
-        for q in 0..quads {
-            // SAFETY: `q * 32 + 32 <= words * 8 <= len`.
-            let (w0, w1, w2, w3) = unsafe {
-                let b = p.add(q * 32);
-                (load(b), load(b.add(8)), load(b.add(16)), load(b.add(24)))
-            };
-            self.uniform_check((w0 ^ pat) | (w1 ^ pat) | (w2 ^ pat) | (w3 ^ pat));
-            self.lanes[0] = Self::mix(self.lanes[0], w0);
-            self.lanes[1] = Self::mix(self.lanes[1], w1);
-            self.lanes[2] = Self::mix(self.lanes[2], w2);
-            self.lanes[3] = Self::mix(self.lanes[3], w3);
-        }
-        for i in quads * 4..words {
-            // SAFETY: `i * 8 + 8 <= len`.
-            self.word(unsafe { load(p.add(i * 8)) });
-        }
-        if len % 8 != 0 {
-            // SAFETY: `len >= 8`, so the last 8 bytes are inside the range.
-            self.word(unsafe { load(p.add(len - 8)) });
-        }
+/// Where piece `i` of a block of `size > SAMPLE` bytes starts: `i * step`,
+/// the last at `size - PIECE` (so the first and last 64 bytes are always
+/// read), `step` being [`piece_step`]. Every piece is inside the block:
+/// `62 * step + PIECE <= size - PIECE + PIECE`.
+#[inline]
+fn piece_at(size: usize, step: usize, i: usize) -> usize {
+    if i >= PIECES - 1 {
+        size - PIECE
+    } else {
+        i * step
     }
 }
 
-/// Fingerprints the live block `p..p+size`.
+/// Whether every byte of `bytes` is `b` (word-wide compares: vectorized).
+fn all_equal(bytes: &[u8], b: u8) -> bool {
+    let pat = u64::from_ne_bytes([b; 8]);
+    let mut words = bytes.chunks_exact(8);
+    let diff = words.by_ref().fold(0u64, |acc, w| {
+        acc | (u64::from_ne_bytes(w.try_into().unwrap_or([b; 8])) ^ pat)
+    });
+    diff == 0 && words.remainder().iter().all(|&x| x == b)
+}
+
+/// The sampled fingerprint without AVX2 (other CPUs and architectures, and
+/// blocks of 240 bytes or less): the pieces (or the whole block of at most
+/// [`SAMPLE`] bytes) are copied with [`copy_out`] into a 4 KiB stack buffer,
+/// checked for a uniform fill and hashed with `xxhash-rust`'s XXH3-64 with
+/// seed `size` (no allocation, no panic).
+///
+/// # Safety
+/// `p..p+size` must be inside a live allocation.
+#[inline(never)]
+unsafe fn sampled_copied(p: *const u8, size: usize) -> Fingerprint {
+    let mut buf = [0u8; SAMPLE];
+    let n = size.min(SAMPLE);
+    if size <= SAMPLE {
+        // SAFETY: the whole block, per the caller's guarantee.
+        unsafe { copy_out(p, &mut buf[..size]) };
+    } else {
+        let step = piece_step(size);
+        for (i, piece) in buf.chunks_exact_mut(PIECE).enumerate() {
+            // SAFETY: `piece_at(..) + PIECE <= size`: inside the block.
+            unsafe { copy_out(p.add(piece_at(size, step, i)), piece) };
+        }
+    }
+    let bytes = &buf[..n];
+    let fill = match bytes.first() {
+        None | Some(0) if all_equal(bytes, 0) => Fill::Zero,
+        Some(&b) if all_equal(bytes, b) => Fill::Constant(b),
+        _ => Fill::Mixed,
+    };
+    Fingerprint {
+        hash: xxhash_rust::xxh3::xxh3_64_with_seed(bytes, size as u64),
+        fill,
+    }
+}
+
+/// Fingerprints the live block `p..p+size`: with `full`, XXH3-64 (seed 0)
+/// of every byte; otherwise XXH3-64 with seed `size` of the 64 pieces'
+/// concatenation ([`piece_at`]; the whole block when `size <= 4096`).
 ///
 /// # Safety
 /// `p..p+size` must be a live allocation that no one frees during the call
@@ -516,23 +552,139 @@ pub(crate) unsafe fn fingerprint(p: *const u8, size: usize, full: bool) -> Finge
         // SAFETY: the caller's guarantee.
         return unsafe { self::full(p, size) };
     }
-    let mut h = Hasher::new(size);
-    if size < 8 {
-        return h.finish();
+    #[cfg(target_arch = "x86_64")]
+    if size > avx2::MIN_LEN && has_avx2() {
+        // SAFETY: the caller's guarantee; the CPU has AVX2.
+        return unsafe { avx2::sampled(p, size) };
     }
-    if size <= BLOCKS * BLOCK {
-        // SAFETY: the whole block, per the caller's guarantee.
-        unsafe { h.range(p, size) };
-        return h.finish();
+    // SAFETY: the caller's guarantee.
+    unsafe { sampled_copied(p, size) }
+}
+
+/// The sampled fingerprint heaptag 0.2 and earlier took (header: no sampled
+/// algorithm field), kept to measure the new one against
+/// (`sampled_fingerprint_speed`).
+#[cfg(test)]
+mod four_lane {
+    use super::{load, Fingerprint, Fill};
+
+    const BLOCKS: usize = 64;
+    const BLOCK: usize = 64;
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+
+    /// Four independent lanes, so the multiplies of consecutive words overlap
+    /// (about 4x the throughput of one chain). Sampled fingerprints only; full
+    /// ones were this hash over every word before XXH3.
+    struct Hasher {
+        lanes: [u64; 4],
+        /// The first byte seen, repeated in every byte of a word.
+        pattern: Option<u64>,
+        uniform: bool,
     }
-    let step = (size - BLOCK) / (BLOCKS - 1);
-    for i in 0..BLOCKS {
-        // The last block ends exactly at `size`.
-        let off = if i == BLOCKS - 1 { size - BLOCK } else { i * step };
-        // SAFETY: `off + BLOCK <= size` for every i.
-        unsafe { h.range(p.add(off), BLOCK) };
+
+    impl Hasher {
+        fn new(len: usize) -> Hasher {
+            let l = (len as u64).wrapping_mul(K);
+            Hasher {
+                lanes: [l, l ^ 1, l ^ 2, l ^ 3],
+                pattern: None,
+                uniform: true,
+            }
+        }
+
+        #[inline(always)]
+        fn mix(h: u64, w: u64) -> u64 {
+            (h ^ w).wrapping_mul(K).rotate_left(29)
+        }
+
+        #[inline(always)]
+        fn uniform_check(&mut self, diff: u64) {
+            if diff != 0 {
+                self.uniform = false;
+            }
+        }
+
+        fn pattern(&mut self, w: u64) -> u64 {
+            *self.pattern.get_or_insert(u64::from(w as u8) * 0x0101_0101_0101_0101)
+        }
+
+        fn word(&mut self, w: u64) {
+            let p = self.pattern(w);
+            self.uniform_check(w ^ p);
+            self.lanes[0] = Self::mix(self.lanes[0], w);
+        }
+
+        fn finish(self) -> Fingerprint {
+            let fill = match (self.uniform, self.pattern) {
+                (true, Some(0)) | (true, None) => Fill::Zero,
+                (true, Some(p)) => Fill::Constant(p as u8),
+                _ => Fill::Mixed,
+            };
+            let [a, b, c, d] = self.lanes;
+            let h = Self::mix(Self::mix(Self::mix(a, b), c), d);
+            Fingerprint {
+                hash: crate::internal::mix64(h),
+                fill,
+            }
+        }
+
+        /// Hashes `len` bytes at `p` (whole words; a tail shorter than a word is
+        /// read as the last full word of the block).
+        ///
+        /// # Safety
+        /// `p..p+len` must be inside a live allocation and `len >= 8`.
+        unsafe fn range(&mut self, p: *const u8, len: usize) {
+            let words = len / 8;
+            // SAFETY: `len >= 8`: the first word is inside the range.
+            let pat = self.pattern(unsafe { load(p) });
+            let quads = words / 4;
+            for q in 0..quads {
+                // SAFETY: `q * 32 + 32 <= words * 8 <= len`.
+                let (w0, w1, w2, w3) = unsafe {
+                    let b = p.add(q * 32);
+                    (load(b), load(b.add(8)), load(b.add(16)), load(b.add(24)))
+                };
+                self.uniform_check((w0 ^ pat) | (w1 ^ pat) | (w2 ^ pat) | (w3 ^ pat));
+                self.lanes[0] = Self::mix(self.lanes[0], w0);
+                self.lanes[1] = Self::mix(self.lanes[1], w1);
+                self.lanes[2] = Self::mix(self.lanes[2], w2);
+                self.lanes[3] = Self::mix(self.lanes[3], w3);
+            }
+            for i in quads * 4..words {
+                // SAFETY: `i * 8 + 8 <= len`.
+                self.word(unsafe { load(p.add(i * 8)) });
+            }
+            if len % 8 != 0 {
+                // SAFETY: `len >= 8`, so the last 8 bytes are inside the range.
+                self.word(unsafe { load(p.add(len - 8)) });
+            }
+        }
     }
-    h.finish()
+
+    /// Fingerprints the live block `p..p+size`.
+    ///
+    /// # Safety
+    /// `p..p+size` must be a live allocation that no one frees during the call
+    /// (the caller holds the block's table shard, or is freeing it itself).
+    pub(super) unsafe fn fingerprint(p: *const u8, size: usize) -> Fingerprint {
+        let mut h = Hasher::new(size);
+        if size < 8 {
+            return h.finish();
+        }
+        if size <= BLOCKS * BLOCK {
+            // SAFETY: the whole block, per the caller's guarantee.
+            unsafe { h.range(p, size) };
+            return h.finish();
+        }
+        let step = (size - BLOCK) / (BLOCKS - 1);
+        for i in 0..BLOCKS {
+            // The last block ends exactly at `size`.
+            let off = if i == BLOCKS - 1 { size - BLOCK } else { i * step };
+            // SAFETY: `off + BLOCK <= size` for every i.
+            unsafe { h.range(p.add(off), BLOCK) };
+        }
+        h.finish()
+    }
 }
 
 #[cfg(test)]
@@ -739,6 +891,187 @@ mod tests {
                     read[3]
                 );
             }
+        }
+    }
+
+    /// The bytes a sampled fingerprint hashes, as docs/FORMAT.md defines
+    /// them: the whole block up to 4,096 bytes; else 64 pieces of 64 bytes,
+    /// piece `i < 63` at `i * ((len - 64) / 63)`, the last at `len - 64`.
+    fn pieces_of(v: &[u8]) -> Vec<u8> {
+        if v.len() <= 4096 {
+            return v.to_vec();
+        }
+        let step = (v.len() - 64) / 63;
+        let mut out = Vec::new();
+        for i in 0..64 {
+            let at = if i == 63 { v.len() - 64 } else { i * step };
+            out.extend_from_slice(&v[at..at + 64]);
+        }
+        assert_eq!(out.len(), 4096);
+        out
+    }
+
+    /// Lengths around the sampled fingerprint's boundaries: XXH3's
+    /// short-input classes, the 4 KiB sample, the pieces' step growing past
+    /// 64, odd sizes, 1 MiB (the default minimum) and beyond.
+    fn sampled_lengths() -> Vec<usize> {
+        let mut v = lengths();
+        v.extend([4096 + 1, 4096 + 62, 4096 + 63, 2 * 4096 - 1, 64 * 65, 64 * 65 + 7, 100_003, 3 << 20]);
+        v.extend([(1 << 20) + 4095, (1 << 20) - 4095, (7 << 20) + 13]);
+        v
+    }
+
+    /// Every sampled path: the one `fingerprint` takes here, the copying one
+    /// (what a CPU without AVX2 runs), and with AVX2 the in-place one.
+    fn sampled_paths(v: &[u8]) -> Vec<(&'static str, Fingerprint)> {
+        // SAFETY: `v` is a live slice for the duration of each call.
+        let mut out = vec![
+            ("fingerprint", fp(v, false)),
+            ("copied", unsafe { sampled_copied(v.as_ptr(), v.len()) }),
+        ];
+        #[cfg(target_arch = "x86_64")]
+        if v.len() > avx2::MIN_LEN && has_avx2() {
+            // SAFETY: as above; the CPU has AVX2.
+            out.push(("avx2", unsafe { avx2::sampled(v.as_ptr(), v.len()) }));
+        }
+        out
+    }
+
+    #[test]
+    fn sampled_fingerprints_are_xxh3_seeded_with_the_length_of_the_pieces() {
+        // Against both reference crates' seeded one-shot functions on the
+        // pieces' concatenation, cut out here by the documented formula,
+        // from aligned and unaligned starts.
+        let mut checked_avx2 = 0;
+        for len in sampled_lengths() {
+            let v = bytes(len + 5);
+            for start in [0usize, 5] {
+                let s = &v[start..start + len];
+                let cat = pieces_of(s);
+                let want = xxhash_rust::xxh3::xxh3_64_with_seed(&cat, len as u64);
+                assert_eq!(
+                    want,
+                    twox_hash::XxHash3_64::oneshot_with_seed(len as u64, &cat),
+                    "the references agree, len {len}"
+                );
+                for (path, got) in sampled_paths(s) {
+                    assert_eq!(got.hash, want, "{path}, len {len}, start {start}");
+                    assert_eq!(got.fill, if len < 2 { got.fill } else { Fill::Mixed }, "{path}, len {len}");
+                    checked_avx2 += usize::from(path == "avx2");
+                }
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() {
+            assert!(checked_avx2 > 80, "the AVX2 path ran ({checked_avx2} cases)");
+        }
+        let _ = checked_avx2;
+        // The length counts on its own: the same 4 KiB of pieces from two
+        // lengths hash apart, as do a block and its first 4,096 bytes.
+        let a = bytes(1 << 20);
+        let whole = fp(&a[..4096], false).hash;
+        assert_ne!(whole, xxhash_rust::xxh3::xxh3_64(&a[..4096]), "seeded, not seed 0");
+        assert_ne!(fp(&a, false).hash, fp(&a[..(1 << 20) - 1], false).hash);
+    }
+
+    #[test]
+    fn sampled_fill_sees_a_different_byte_in_any_piece_and_only_there() {
+        for len in [241usize, 4096, 4097, 100_003, 1 << 20, (1 << 20) + 4095] {
+            for b in [0u8, 9] {
+                let want = if b == 0 { Fill::Zero } else { Fill::Constant(b) };
+                let mut v = vec![b; len];
+                for (path, got) in sampled_paths(&v) {
+                    assert_eq!(got.fill, want, "{path}, len {len}, fill {b}");
+                    assert_eq!(
+                        got.hash,
+                        xxhash_rust::xxh3::xxh3_64_with_seed(&pieces_of(&v), len as u64),
+                        "{path}, len {len}"
+                    );
+                }
+                let step = (len.max(4097) - 64) / 63;
+                // A byte in the first, a middle, the last piece; inside the
+                // last stripe only: the block is no longer uniform.
+                for at in [0, 63, if len > 4096 { 31 * step + 17 } else { len / 2 }, len - 1, len - 40] {
+                    v[at] = b ^ 0x5a;
+                    for (path, got) in sampled_paths(&v) {
+                        assert_eq!(got.fill, Fill::Mixed, "{path}, len {len}, fill {b}, at {at}");
+                    }
+                    v[at] = b;
+                }
+                // A byte between two pieces is not read (it is a sample).
+                if len > 2 * 4096 {
+                    v[64 + (step - 64) / 2] = b ^ 0x5a;
+                    for (path, got) in sampled_paths(&v) {
+                        assert_eq!(got.fill, want, "{path}, len {len}: between pieces");
+                    }
+                    v[64 + (step - 64) / 2] = b;
+                }
+            }
+        }
+        // Short blocks: every byte is read.
+        for len in [1usize, 2, 7, 8, 240] {
+            let mut v = vec![4u8; len];
+            assert_eq!(fp(&v, false).fill, Fill::Constant(4), "len {len}");
+            if len > 1 {
+                v[len - 1] = 5;
+                assert_eq!(fp(&v, false).fill, Fill::Mixed, "len {len}");
+            }
+        }
+        assert_eq!(fp(&[], false).fill, Fill::Zero);
+        assert_eq!(fp(&[], false).hash, xxhash_rust::xxh3::xxh3_64_with_seed(&[], 0));
+    }
+
+    /// CPU ns per sampled fingerprint of a 1 MiB block: the four-lane hash
+    /// (before), [`fingerprint`] (with AVX2 the in-place XXH3) and the
+    /// copying path (CPUs without AVX2), interleaved, medians of 7 rounds,
+    /// (a) one block in cache, fingerprinted 100,000 times, and (b) out of
+    /// cache: 256 blocks of a 256 MiB buffer in turn, 4 passes. Prints,
+    /// asserts nothing on time: `cargo test --release -p heaptag-alloc --lib
+    /// -- --ignored --nocapture sampled_fingerprint_speed`.
+    #[test]
+    #[ignore]
+    fn sampled_fingerprint_speed() {
+        let cpu = || {
+            let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: `t` is a valid timespec to write.
+            unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+            t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+        };
+        const MIB: usize = 1 << 20;
+        for (blocks, reps) in [(1usize, 100_000usize), (256, 4)] {
+            let v = bytes(blocks * MIB);
+            let n = (blocks * reps) as f64;
+            let mut m: [Vec<f64>; 3] = Default::default();
+            for _ in 0..7 {
+                let paths: [&dyn Fn(&[u8]) -> Fingerprint; 3] = [
+                    // SAFETY: each block is a live slice for the call.
+                    &|b| unsafe { four_lane::fingerprint(b.as_ptr(), b.len()) },
+                    &|b| fp(b, false),
+                    // SAFETY: as above.
+                    &|b| unsafe { sampled_copied(b.as_ptr(), b.len()) },
+                ];
+                for (f, out) in paths.iter().zip(m.iter_mut()) {
+                    let t = cpu();
+                    for _ in 0..reps {
+                        for b in v.chunks_exact(MIB) {
+                            std::hint::black_box(f(std::hint::black_box(b)));
+                        }
+                    }
+                    out.push((cpu() - t) / n * 1e9);
+                }
+            }
+            for x in &mut m {
+                x.sort_by(f64::total_cmp);
+            }
+            println!(
+                "sampled fingerprint of 1 MiB, CPU ns (median of 7, {}): four-lane {:.1}, fingerprint() {:.1} \
+                 (four-lane / fingerprint() {:.2}x), copied to xxhash-rust {:.1}",
+                if blocks == 1 { "in cache" } else { "256 blocks, out of cache" },
+                m[0][3],
+                m[1][3],
+                m[0][3] / m[1][3],
+                m[2][3]
+            );
         }
     }
 

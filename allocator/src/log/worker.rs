@@ -254,6 +254,9 @@ impl Writer {
                 interval_ns,
                 fingerprint_min: cfg.fingerprint_min,
                 fingerprint_full: cfg.fingerprint_full,
+                // What log/fingerprint.rs computes.
+                full_hash: heaptag_format::FpHash::Xxh3,
+                sampled_hash: heaptag_format::FpHash::Xxh3,
                 stack_depth: cfg.stack_depth,
                 buffer_events: ring as u64,
                 unprefixed_jemalloc: cfg!(feature = "unprefixed_malloc"),

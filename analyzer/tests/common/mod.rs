@@ -18,7 +18,12 @@ pub struct LogBuilder {
 
 impl LogBuilder {
     pub fn new() -> LogBuilder {
-        let header = Header {
+        LogBuilder::with_settings(|_| {})
+    }
+
+    /// A builder whose header's settings `f` changed first.
+    pub fn with_settings(f: impl FnOnce(&mut LogSettings)) -> LogBuilder {
+        let mut header = Header {
             version: heaptag_format::VERSION,
             pid: 4242,
             start_wall_ns: 1_790_000_000_000_000_000,
@@ -32,6 +37,10 @@ impl LogBuilder {
                 interval_ns: 100 * MS,
                 fingerprint_min: MIB,
                 fingerprint_full: false,
+                // The header as heaptag 0.2.0 wrote it (no appended field):
+                // the golden outputs predate the XXH3 sampled hash.
+                full_hash: heaptag_format::FpHash::Xxh3,
+                sampled_hash: heaptag_format::FpHash::FourLane,
                 stack_depth: 32,
                 buffer_events: 32768,
                 unprefixed_jemalloc: false,
@@ -44,6 +53,7 @@ impl LogBuilder {
                 build_id: vec![1, 2, 3, 4],
             }],
         };
+        f(&mut header.settings);
         let mut out = Vec::new();
         header.encode(&mut out);
         LogBuilder {
