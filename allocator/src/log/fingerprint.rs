@@ -353,19 +353,6 @@ mod avx2 {
         u64::from_le_bytes(w)
     }
 
-    /// `XXH3_initCustomSecret`: the secret XXH3-64 with `seed` hashes long
-    /// inputs with (each 16 bytes of the default secret: the seed added to
-    /// its first 8, taken from its last 8, little endian).
-    fn seeded_secret(seed: u64) -> Secret {
-        let mut out = SECRET;
-        for (i, w) in out.chunks_exact_mut(8).enumerate() {
-            let v = secret64(&SECRET, 8 * i);
-            let v = if i % 2 == 0 { v.wrapping_add(seed) } else { v.wrapping_sub(seed) };
-            w.copy_from_slice(&v.to_le_bytes());
-        }
-        out
-    }
-
     fn mul128_fold64(a: u64, b: u64) -> u64 {
         let p = u128::from(a) * u128::from(b);
         (p as u64) ^ ((p >> 64) as u64)
@@ -393,7 +380,8 @@ mod avx2 {
     /// CPU has AVX2.
     #[target_feature(enable = "avx2")]
     pub(super) unsafe fn sampled(p: *const u8, size: usize) -> Fingerprint {
-        let secret = seeded_secret(size as u64);
+        // SAFETY: the CPU has AVX2.
+        let secret = unsafe { seeded_secret_avx2(size as u64) };
         if size <= super::SAMPLE {
             // SAFETY: as in `full`.
             return unsafe { long(size, &secret, |off| p.add(off)) };
@@ -406,8 +394,32 @@ mod avx2 {
         unsafe { long(super::SAMPLE, &secret, |off| p.add(super::piece_at(size, step, off / super::PIECE))) }
     }
 
+    /// `XXH3_initCustomSecret` (as its AVX2 version computes it): the secret
+    /// XXH3-64 with `seed` hashes long inputs with, each 16 bytes of the
+    /// default secret with the seed added to its first 8 and taken from its
+    /// last 8 (little endian): six 32-byte adds of `(seed, -seed, seed,
+    /// -seed)`.
+    ///
+    /// # Safety
+    /// The CPU has AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn seeded_secret_avx2(seed: u64) -> Secret {
+        let mut out = [0u8; 192];
+        // SAFETY: the CPU has AVX2; `32 * i + 32 <= 192` for `i < 6`, inside
+        // `SECRET` and `out` (unaligned loads and stores).
+        unsafe {
+            let s = _mm256_set_epi64x(seed.wrapping_neg() as i64, seed as i64, seed.wrapping_neg() as i64, seed as i64);
+            for i in 0..6 {
+                let k = _mm256_loadu_si256(SECRET.as_ptr().add(32 * i).cast());
+                _mm256_storeu_si256(out.as_mut_ptr().add(32 * i).cast(), _mm256_add_epi64(k, s));
+            }
+        }
+        out
+    }
+
     /// XXH3-64 with `secret` (the default one for seed 0, else
-    /// [`seeded_secret`]) of a `len`-byte input whose 64 bytes at offset
+    /// [`seeded_secret_avx2`]) of a `len`-byte input whose 64 bytes at offset
     /// `off` are at `at(off)`, and its fill.
     ///
     /// # Safety
@@ -496,14 +508,18 @@ fn piece_at(size: usize, step: usize, i: usize) -> usize {
     }
 }
 
-/// Whether every byte of `bytes` is `b` (word-wide compares: vectorized).
+/// Whether every byte of `bytes` is `b`: word-wide compares, 64 bytes at a
+/// time, stopping at the first 64 that differ (most blocks differ in the
+/// first).
 fn all_equal(bytes: &[u8], b: u8) -> bool {
     let pat = u64::from_ne_bytes([b; 8]);
-    let mut words = bytes.chunks_exact(8);
-    let diff = words.by_ref().fold(0u64, |acc, w| {
-        acc | (u64::from_ne_bytes(w.try_into().unwrap_or([b; 8])) ^ pat)
+    let mut chunks = bytes.chunks_exact(64);
+    let same = chunks.by_ref().all(|c| {
+        c.chunks_exact(8)
+            .fold(0u64, |acc, w| acc | (u64::from_ne_bytes(w.try_into().unwrap_or([b; 8])) ^ pat))
+            == 0
     });
-    diff == 0 && words.remainder().iter().all(|&x| x == b)
+    same && chunks.remainder().iter().all(|&x| x == b)
 }
 
 /// The sampled fingerprint without AVX2 (other CPUs and architectures, and
@@ -516,23 +532,43 @@ fn all_equal(bytes: &[u8], b: u8) -> bool {
 /// `p..p+size` must be inside a live allocation.
 #[inline(never)]
 unsafe fn sampled_copied(p: *const u8, size: usize) -> Fingerprint {
-    let mut buf = [0u8; SAMPLE];
+    // Not zeroed first (a 4 KiB memset per fingerprint): every byte hashed
+    // is written before it is read.
+    let mut buf = std::mem::MaybeUninit::<[u8; SAMPLE]>::uninit();
+    let dst = buf.as_mut_ptr().cast::<u8>();
     let n = size.min(SAMPLE);
     if size <= SAMPLE {
-        // SAFETY: the whole block, per the caller's guarantee.
-        unsafe { copy_out(p, &mut buf[..size]) };
+        // SAFETY: `dst` is `SAMPLE >= size` writable bytes, zeroed so they
+        // form a slice; the whole block, per the caller's guarantee.
+        unsafe {
+            std::ptr::write_bytes(dst, 0, size);
+            copy_out(p, std::slice::from_raw_parts_mut(dst, size));
+        }
     } else {
         let step = piece_step(size);
-        for (i, piece) in buf.chunks_exact_mut(PIECE).enumerate() {
-            // SAFETY: `piece_at(..) + PIECE <= size`: inside the block.
-            unsafe { copy_out(p.add(piece_at(size, step, i)), piece) };
+        // Eight word loads a piece (`rep movsb`'s start-up, paid 64 times,
+        // would cost more than the copy).
+        for i in 0..PIECES {
+            let src = piece_at(size, step, i);
+            for j in 0..PIECE / 8 {
+                // SAFETY: `src + 8 * j + 8 <= piece_at(..) + PIECE <= size`:
+                // inside the block; `i * PIECE + 8 * j + 8 <= SAMPLE`: inside
+                // `buf` (unaligned store).
+                unsafe {
+                    let w = load(p.add(src + 8 * j));
+                    dst.add(i * PIECE + 8 * j).cast::<u64>().write_unaligned(w);
+                }
+            }
         }
     }
-    let bytes = &buf[..n];
-    let fill = match bytes.first() {
-        None | Some(0) if all_equal(bytes, 0) => Fill::Zero,
-        Some(&b) if all_equal(bytes, b) => Fill::Constant(b),
-        _ => Fill::Mixed,
+    // SAFETY: `dst..dst+n` was written above (all `SAMPLE` bytes when
+    // `size > SAMPLE`, else the `size` copied).
+    let bytes = unsafe { std::slice::from_raw_parts(dst.cast_const(), n) };
+    let first = bytes.first().copied().unwrap_or(0);
+    let fill = match (all_equal(bytes, first), first) {
+        (true, 0) => Fill::Zero,
+        (true, b) => Fill::Constant(b),
+        (false, _) => Fill::Mixed,
     };
     Fingerprint {
         hash: xxhash_rust::xxh3::xxh3_64_with_seed(bytes, size as u64),
@@ -1073,6 +1109,44 @@ mod tests {
                 m[2][3]
             );
         }
+    }
+
+    #[inline(never)]
+    fn ir_four_lane(v: &[u8], n: usize) {
+        for _ in 0..n {
+            // SAFETY: `v` is a live slice for the call.
+            std::hint::black_box(unsafe { four_lane::fingerprint(v.as_ptr(), v.len()) });
+        }
+    }
+
+    #[inline(never)]
+    fn ir_fingerprint(v: &[u8], n: usize) {
+        for _ in 0..n {
+            std::hint::black_box(fp(std::hint::black_box(v), false));
+        }
+    }
+
+    #[inline(never)]
+    fn ir_copied(v: &[u8], n: usize) {
+        for _ in 0..n {
+            // SAFETY: `v` is a live slice for the call.
+            std::hint::black_box(unsafe { sampled_copied(v.as_ptr(), v.len()) });
+        }
+    }
+
+    /// 1,000 sampled fingerprints of one 1 MiB block by each path, each in
+    /// its own function, for callgrind's inclusive instruction counts
+    /// (deterministic): `valgrind --tool=callgrind --callgrind-out-file=F
+    /// target/release/deps/heaptag_alloc-HASH --ignored --exact
+    /// log::fingerprint::tests::sampled_fingerprint_instructions`, then
+    /// `callgrind_annotate --inclusive=yes F | grep ir_`, each figure / 1000.
+    #[test]
+    #[ignore]
+    fn sampled_fingerprint_instructions() {
+        let v = bytes(1 << 20);
+        ir_four_lane(&v, 1000);
+        ir_fingerprint(&v, 1000);
+        ir_copied(&v, 1000);
     }
 
     #[test]
