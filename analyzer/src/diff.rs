@@ -336,7 +336,13 @@ pub fn diff(old: &Model, new: &Model, opts: &DiffOptions) -> Diff {
             let fp = x.fp.clone();
             x.contents = std::mem::take(&mut x.contents)
                 .into_iter()
-                .map(|(k, v)| if k.ends_with("(suspected)") { (k, v) } else { (format!("{k} ({fp})"), v) })
+                .map(|(k, v)| {
+                    if k.ends_with("(suspected)") {
+                        (k, v)
+                    } else {
+                        (format!("{k} ({fp})"), v)
+                    }
+                })
                 .collect();
         }
     }

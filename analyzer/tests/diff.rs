@@ -336,8 +336,12 @@ fn content_hashes_match_only_under_the_same_fingerprint_hash() {
         ("sampled, four-lane", common::temp("diff-fp-old"), |s| {
             s.sampled_hash = FpHash::FourLane
         }),
-        ("sampled, XXH3-64", common::temp("diff-fp-new"), |s| s.sampled_hash = FpHash::Xxh3),
-        ("sampled, XXH3-64", common::temp("diff-fp-new2"), |s| s.sampled_hash = FpHash::Xxh3),
+        ("sampled, XXH3-64", common::temp("diff-fp-new"), |s| {
+            s.sampled_hash = FpHash::Xxh3
+        }),
+        ("sampled, XXH3-64", common::temp("diff-fp-new2"), |s| {
+            s.sampled_hash = FpHash::Xxh3
+        }),
         ("full, XXH3-64", common::temp("diff-fp-full"), |s| {
             s.fingerprint_full = true;
             s.full_hash = FpHash::Xxh3

@@ -269,7 +269,8 @@ impl Header {
                 cmdline.push(format!("[{} more arguments not kept]", n - MAX_ARGS));
             }
             let heaptag_version = c.string()?;
-            let (threshold, sample_rate, interval_ns, fingerprint_min) = (c.varint()?, c.varint()?, c.varint()?, c.varint()?);
+            let (threshold, sample_rate, interval_ns, fingerprint_min) =
+                (c.varint()?, c.varint()?, c.varint()?, c.varint()?);
             let full = c.varint()?;
             let mut settings = LogSettings {
                 threshold,
@@ -373,7 +374,11 @@ mod tests {
     #[test]
     fn the_sampled_hash_is_a_field_after_the_module_map_and_absent_means_four_lane() {
         let new = LogSettings::default();
-        assert_eq!((new.sampled_hash, new.full_hash), (FpHash::Xxh3, FpHash::Xxh3), "what this version writes");
+        assert_eq!(
+            (new.sampled_hash, new.full_hash),
+            (FpHash::Xxh3, FpHash::Xxh3),
+            "what this version writes"
+        );
         let (with, back) = encode_and_back(new.clone());
         assert_eq!(back.settings, new);
         assert_eq!(back, header_with(new.clone()), "every field reads back");
@@ -430,7 +435,10 @@ mod tests {
             assert!(!zero.settings.fingerprint_full);
             // The code is the byte that differs from a sampled log's body.
             let (sampled, _) = encode_and_back(LogSettings::default());
-            assert!(bytes.iter().zip(&sampled).any(|(a, b)| (*a, *b) == (code as u8, 0)), "{code}");
+            assert!(
+                bytes.iter().zip(&sampled).any(|(a, b)| (*a, *b) == (code as u8, 0)),
+                "{code}"
+            );
         }
     }
 

@@ -391,7 +391,11 @@ mod avx2 {
         // concatenation, so every stripe `long` asks for starts at a
         // multiple of 64 below 4,096 (the last one too: 4,096 - 64), which
         // is piece `off / 64` whole, inside the block (`piece_at`).
-        unsafe { long(super::SAMPLE, &secret, |off| p.add(super::piece_at(size, step, off / super::PIECE))) }
+        unsafe {
+            long(super::SAMPLE, &secret, |off| {
+                p.add(super::piece_at(size, step, off / super::PIECE))
+            })
+        }
     }
 
     /// `XXH3_initCustomSecret` (as its AVX2 version computes it): the secret
@@ -409,7 +413,12 @@ mod avx2 {
         // SAFETY: the CPU has AVX2; `32 * i + 32 <= 192` for `i < 6`, inside
         // `SECRET` and `out` (unaligned loads and stores).
         unsafe {
-            let s = _mm256_set_epi64x(seed.wrapping_neg() as i64, seed as i64, seed.wrapping_neg() as i64, seed as i64);
+            let s = _mm256_set_epi64x(
+                seed.wrapping_neg() as i64,
+                seed as i64,
+                seed.wrapping_neg() as i64,
+                seed as i64,
+            );
             for i in 0..6 {
                 let k = _mm256_loadu_si256(SECRET.as_ptr().add(32 * i).cast());
                 _mm256_storeu_si256(out.as_mut_ptr().add(32 * i).cast(), _mm256_add_epi64(k, s));
@@ -515,9 +524,9 @@ fn all_equal(bytes: &[u8], b: u8) -> bool {
     let pat = u64::from_ne_bytes([b; 8]);
     let mut chunks = bytes.chunks_exact(64);
     let same = chunks.by_ref().all(|c| {
-        c.chunks_exact(8)
-            .fold(0u64, |acc, w| acc | (u64::from_ne_bytes(w.try_into().unwrap_or([b; 8])) ^ pat))
-            == 0
+        c.chunks_exact(8).fold(0u64, |acc, w| {
+            acc | (u64::from_ne_bytes(w.try_into().unwrap_or([b; 8])) ^ pat)
+        }) == 0
     });
     same && chunks.remainder().iter().all(|&x| x == b)
 }
@@ -602,7 +611,7 @@ pub(crate) unsafe fn fingerprint(p: *const u8, size: usize, full: bool) -> Finge
 /// (`sampled_fingerprint_speed`).
 #[cfg(test)]
 mod four_lane {
-    use super::{load, Fingerprint, Fill};
+    use super::{load, Fill, Fingerprint};
 
     const BLOCKS: usize = 64;
     const BLOCK: usize = 64;
@@ -952,7 +961,16 @@ mod tests {
     /// 64, odd sizes, 1 MiB (the default minimum) and beyond.
     fn sampled_lengths() -> Vec<usize> {
         let mut v = lengths();
-        v.extend([4096 + 1, 4096 + 62, 4096 + 63, 2 * 4096 - 1, 64 * 65, 64 * 65 + 7, 100_003, 3 << 20]);
+        v.extend([
+            4096 + 1,
+            4096 + 62,
+            4096 + 63,
+            2 * 4096 - 1,
+            64 * 65,
+            64 * 65 + 7,
+            100_003,
+            3 << 20,
+        ]);
         v.extend([(1 << 20) + 4095, (1 << 20) - 4095, (7 << 20) + 13]);
         v
     }
@@ -992,7 +1010,11 @@ mod tests {
                 );
                 for (path, got) in sampled_paths(s) {
                     assert_eq!(got.hash, want, "{path}, len {len}, start {start}");
-                    assert_eq!(got.fill, if len < 2 { got.fill } else { Fill::Mixed }, "{path}, len {len}");
+                    assert_eq!(
+                        got.fill,
+                        if len < 2 { got.fill } else { Fill::Mixed },
+                        "{path}, len {len}"
+                    );
                     checked_avx2 += usize::from(path == "avx2");
                 }
             }
@@ -1027,7 +1049,13 @@ mod tests {
                 let step = (len.max(4097) - 64) / 63;
                 // A byte in the first, a middle, the last piece; inside the
                 // last stripe only: the block is no longer uniform.
-                for at in [0, 63, if len > 4096 { 31 * step + 17 } else { len / 2 }, len - 1, len - 40] {
+                for at in [
+                    0,
+                    63,
+                    if len > 4096 { 31 * step + 17 } else { len / 2 },
+                    len - 1,
+                    len - 40,
+                ] {
                     v[at] = b ^ 0x5a;
                     for (path, got) in sampled_paths(&v) {
                         assert_eq!(got.fill, Fill::Mixed, "{path}, len {len}, fill {b}, at {at}");
@@ -1102,7 +1130,11 @@ mod tests {
             println!(
                 "sampled fingerprint of 1 MiB, CPU ns (median of 7, {}): four-lane {:.1}, fingerprint() {:.1} \
                  (four-lane / fingerprint() {:.2}x), copied to xxhash-rust {:.1}",
-                if blocks == 1 { "in cache" } else { "256 blocks, out of cache" },
+                if blocks == 1 {
+                    "in cache"
+                } else {
+                    "256 blocks, out of cache"
+                },
                 m[0][3],
                 m[1][3],
                 m[0][3] / m[1][3],
