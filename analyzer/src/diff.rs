@@ -581,7 +581,7 @@ pub fn render(d: &Diff, f: Format, out: &mut dyn Write) -> io::Result<()> {
         line(
             out,
             format!(
-                "Content hashes do not compare: OLD's fingerprints are {}, NEW's {}; no content is matched across the runs.",
+                "Content hashes do not compare: OLD's fingerprints are ({}), NEW's ({}); no content is matched across the runs.",
                 d.content_hashes.old, d.content_hashes.new
             ),
         )?;

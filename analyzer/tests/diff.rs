@@ -384,7 +384,7 @@ fn content_hashes_match_only_under_the_same_fingerprint_hash() {
                 let (_, text, _) = common::heaptag(&["diff", &s(a), &s(b)], &[]);
                 assert!(
                     text.contains(&format!(
-                        "Content hashes do not compare: OLD's fingerprints are {ka}, NEW's {kb}; no content is \
+                        "Content hashes do not compare: OLD's fingerprints are ({ka}), NEW's ({kb}); no content is \
                          matched across the runs."
                     )),
                     "{text}"
