@@ -436,10 +436,7 @@ mod tsc {
             let tsc = rdtsc();
             let b = read(libc::CLOCK_MONOTONIC);
             let width = b.saturating_sub(a);
-            let s = Sample {
-                tsc,
-                ns: a + width / 2,
-            };
+            let s = Sample { tsc, ns: a + width / 2 };
             if best.is_none_or(|(w, _)| width < w) {
                 best = Some((width, s));
             }
@@ -498,7 +495,10 @@ mod tsc {
     /// stack buffer with `open`/`read` (nothing allocated).
     fn clocksource_is_tsc() -> bool {
         let mut buf = [0u8; 64];
-        let Some(n) = read_small(c"/sys/devices/system/clocksource/clocksource0/current_clocksource", &mut buf) else {
+        let Some(n) = read_small(
+            c"/sys/devices/system/clocksource/clocksource0/current_clocksource",
+            &mut buf,
+        ) else {
             return false;
         };
         super::clocksource_named_tsc(&buf[..n])
@@ -564,7 +564,14 @@ mod tests {
     /// Drives a calibrator with samples every `tick` ns of a clock that
     /// runs `ppm` faster than the TSC's nominal rate, from `t0`/`n0`;
     /// returns the calibrator after `ticks` samples.
-    fn run(cal: &mut Calibrator, t0: u64, n0: u64, tick: u64, ticks: u64, ppm: i64) -> Vec<(Option<Conv>, Update, Sample)> {
+    fn run(
+        cal: &mut Calibrator,
+        t0: u64,
+        n0: u64,
+        tick: u64,
+        ticks: u64,
+        ppm: i64,
+    ) -> Vec<(Option<Conv>, Update, Sample)> {
         let mut out = Vec::new();
         for i in 0..ticks {
             let t = t0 + cyc(i * tick);
@@ -752,7 +759,8 @@ mod tests {
             let noise = (rng >> 33) % 81;
             let s = at(cyc(e) + 123, (1u64 << 40) + e + e / 10_000 + noise);
             if let Some(c) = conv {
-                for k in 0..7 {
+                // Up to the anchor itself (k = 7): the old conversion there.
+                for k in 0..=7 {
                     let t = cyc(e) + 123 - cyc(tick) + cyc(tick) * k / 7;
                     if let Some(v) = c.eval(t) {
                         assert!(v >= last_read, "tick {i}.{k}: {v} < {last_read}");
