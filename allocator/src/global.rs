@@ -266,12 +266,13 @@ impl<A: GlobalAlloc> Alloc<A> {
     unsafe fn dealloc_recorded(&self, ptr: *mut u8, layout: Layout) {
         match table::remove(ptr as usize) {
             Some(e) => {
-                if e.tracked && log::wants_fingerprint(e.size) {
+                // The Fingerprint's time is the Free's too (one clock read).
+                let at = (e.tracked && log::wants_fingerprint(e.size)).then(|| {
                     // SAFETY: the block is still allocated (it is freed
                     // below) and this thread is the one freeing it.
-                    unsafe { log::emit_fingerprint(ptr as usize, e.size, FpWhen::Free) };
-                }
-                release(ptr as usize, &e, layout.size(), true);
+                    unsafe { log::emit_fingerprint(ptr as usize, e.size, FpWhen::Free) }
+                });
+                release(ptr as usize, &e, layout.size(), true, at);
             }
             None => untracked_free(layout.size()),
         }
@@ -360,7 +361,7 @@ impl<A: GlobalAlloc> Alloc<A> {
                     addr: addr as u64,
                 });
             } else {
-                log::emit_leave(addr, &e);
+                log::emit_leave(addr, &e, None);
             }
         }
         // SAFETY: forwarded from our caller unchanged; jemalloc's own realloc
@@ -396,7 +397,7 @@ impl<A: GlobalAlloc> Alloc<A> {
             _ => None,
         };
         match old_entry {
-            Some(e) => release(addr, &e, old_size, false),
+            Some(e) => release(addr, &e, old_size, false, None),
             None => untracked_free(old_size),
         }
         thread::count_pair(tag, None, new_size as u64);
@@ -583,11 +584,12 @@ fn record(addr: usize, size: usize, tag_id: u32, thread: u32, birth: Option<Entr
 /// Undoes `record` for the block at `addr` leaving (freed, or replaced by
 /// realloc); queues its event when logging and `event`. The event and the
 /// counts go before the live count drops, which may let the tag retire
-/// (`tag.rs`): its retirement then comes after them, in the log too.
-fn release(addr: usize, e: &Entry, size: usize, event: bool) {
+/// (`tag.rs`): its retirement then comes after them, in the log too. The
+/// event's time is `at` when the caller read the clock already.
+fn release(addr: usize, e: &Entry, size: usize, event: bool, at: Option<u64>) {
     let Some(t) = tag::entry(e.tag) else { return };
     if event && log::on() {
-        log::emit_leave(addr, e);
+        log::emit_leave(addr, e, at);
     }
     t.release_block(e, size as u64, false);
 }

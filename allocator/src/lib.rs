@@ -103,7 +103,7 @@ mod tag;
 pub mod testing;
 mod thread;
 
-pub use clock::now_ns;
+pub use clock::{clock_source, now_ns};
 pub use config::{settings, Settings};
 pub use external::{external_alloc, ExternalGuard};
 pub use global::Alloc;

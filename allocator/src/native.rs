@@ -272,10 +272,10 @@ unsafe fn take_usable(p: *mut c_void, usable: usize) -> Option<Entry> {
 
 /// Undoes `record` for a native block leaving: event first, then counts,
 /// the live count last (it may let the tag retire, `tag.rs`).
-fn release(addr: usize, e: &Entry, event: bool) {
+fn release(addr: usize, e: &Entry, event: bool, at: Option<u64>) {
     let Some(t) = tag::entry(e.tag) else { return };
     if event && log::on() {
-        log::emit_leave(addr, e);
+        log::emit_leave(addr, e, at);
     }
     t.release_block(e, e.size, true);
 }
@@ -288,12 +288,13 @@ fn release(addr: usize, e: &Entry, event: bool) {
 unsafe fn before_free(p: *mut c_void, usable: usize) {
     // SAFETY: forwarded.
     if let Some(e) = unsafe { take_usable(p, usable) } {
-        if e.tracked && log::wants_fingerprint(e.size) {
+        // The Fingerprint's time is the Free's too (one clock read).
+        let at = (e.tracked && log::wants_fingerprint(e.size)).then(|| {
             // SAFETY: the block is still allocated (freed by our caller
             // after this) and this thread is the one freeing it.
-            unsafe { log::emit_fingerprint(p as usize, e.size, FpWhen::Free) };
-        }
-        release(p as usize, &e, true);
+            unsafe { log::emit_fingerprint(p as usize, e.size, FpWhen::Free) }
+        });
+        release(p as usize, &e, true, at);
     }
 }
 
@@ -410,7 +411,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     if let (true, Some(e)) = (log::on(), old) {
         // Before the realloc, which may hand the old address to another
         // thread: in the log, nothing reuses it before this free.
-        log::emit_leave(p as usize, &e);
+        log::emit_leave(p as usize, &e, None);
     }
     // SAFETY: our caller's guarantee.
     let new = unsafe { je::realloc(p, size) };
@@ -429,7 +430,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
         return new;
     }
     if let Some(e) = old {
-        release(p as usize, &e, false);
+        release(p as usize, &e, false, None);
     }
     // SAFETY: `new` was just returned by jemalloc.
     let usable = unsafe { usable(new) };

@@ -130,9 +130,12 @@ pub(crate) fn emit_enter(addr: usize, e: &table::Entry, now: u64) {
     });
 }
 
-/// Queues the event that ends a record's life (Free or SampleFree).
-pub(crate) fn emit_leave(addr: usize, e: &table::Entry) {
-    let (time_ns, thread, addr, size) = (crate::clock::now_ns(), crate::thread::number(), addr as u64, e.size);
+/// Queues the event that ends a record's life (Free or SampleFree), at
+/// time `at` if the caller read the clock already (the free's Fingerprint),
+/// else now.
+pub(crate) fn emit_leave(addr: usize, e: &table::Entry, at: Option<u64>) {
+    let time_ns = at.unwrap_or_else(crate::clock::now_ns);
+    let (thread, addr, size) = (crate::thread::number(), addr as u64, e.size);
     emit(if e.tracked {
         Event::Free {
             time_ns,
@@ -161,17 +164,20 @@ pub(crate) fn wants_fingerprint(size: u64) -> bool {
     on() && size >= FP_MIN.load(Ordering::Relaxed)
 }
 
-/// Fingerprints the live block at `addr` and queues the event.
+/// Fingerprints the live block at `addr` and queues the event, stamped
+/// with the clock read once here and returned: a free passes it on to its
+/// Free event ([`emit_leave`]), so the pair costs one clock read, not two.
 ///
 /// # Safety
 /// `addr..addr+size` must be a live allocation that is not freed during the
 /// call (its table shard is held, or the caller is the one freeing it).
-pub(crate) unsafe fn emit_fingerprint(addr: usize, size: u64, when: FpWhen) {
+pub(crate) unsafe fn emit_fingerprint(addr: usize, size: u64, when: FpWhen) -> u64 {
+    let time_ns = crate::clock::now_ns();
     let full = FP_FULL.load(Ordering::Relaxed);
     // SAFETY: the caller's guarantee.
     let fp = unsafe { fingerprint::fingerprint(addr as *const u8, size as usize, full) };
     emit(Event::Fingerprint {
-        time_ns: crate::clock::now_ns(),
+        time_ns,
         addr: addr as u64,
         size,
         hash: fp.hash,
@@ -181,6 +187,7 @@ pub(crate) unsafe fn emit_fingerprint(addr: usize, size: u64, when: FpWhen) {
             when,
         },
     });
+    time_ns
 }
 
 /// The sampled fingerprint of a live block (for `testing`).

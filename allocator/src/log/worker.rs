@@ -637,6 +637,7 @@ impl Writer {
 
     /// One pass: drain events, side records, a sample when due; write.
     pub(crate) fn cycle(&mut self) {
+        clock::anchor();
         loop {
             self.batch.clear();
             if self.batch.try_reserve(BATCH).is_err() {
