@@ -655,7 +655,7 @@ fn record(addr: usize, size: usize, tag_id: u32, thread: u32, birth: Option<Entr
         thread::count_pair(tag_id, Some(Pair::TrackedAlloc), entry.size);
         t.tracked_add(entry.size);
     } else {
-        t.sampled_add(&sampling::weight(size));
+        t.sampled_add(&thread::weight(size as u64));
     }
     if logging && event {
         log::emit_enter(addr, &entry, now);

@@ -222,11 +222,12 @@ fn probability(size: u64, rate: u64) -> f64 {
     -(-(size as f64) / rate as f64).exp_m1()
 }
 
-/// The estimator weights of a sampled block of `size` bytes (through the
-/// thread's cache of the last size weighed, `thread::weight`).
+/// The estimator weights of a sampled block of `size` bytes
+/// (`thread::weight` is the same through the thread's cache, for the
+/// allocation and the free of a sampled block).
 pub(crate) fn weight(size: usize) -> Weight {
     let rate = HOT.rate.load(Ordering::Relaxed);
-    crate::thread::weight(size as u64, rate)
+    weight_at(size as u64, rate)
 }
 
 /// The weights of a 0-byte block (at any rate), and of any block when
@@ -362,7 +363,7 @@ mod tests {
                 (9, r),
             ] {
                 assert_eq!(
-                    crate::thread::weight(size, rate),
+                    crate::thread::weight_with(size, rate),
                     weight_at(size, rate),
                     "size {size}, rate {rate}"
                 );

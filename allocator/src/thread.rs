@@ -406,15 +406,20 @@ pub(crate) fn count_alloc_sampled_slow(addr: usize, size: u64) -> bool {
     sample_inner(addr, size, !own)
 }
 
-/// The estimator weights of a sampled block of `size` bytes at sampling
-/// rate `rate` (`sampling::weight_at`), from the thread's one-entry cache
-/// when the last block it weighed had the same size and rate. The weights
-/// are a pure function of (size, rate), so a hit returns exactly what the
-/// computation would (`weight_cache_returns_the_computed_weights`): the
-/// allocation and the free of a block add and subtract the same figures,
-/// whichever threads they run on. Saves a sampled pair an `exp_m1` and a
-/// division at each end when its size repeats.
-pub(crate) fn weight(size: u64, rate: u64) -> Weight {
+/// The estimator weights of a sampled block of `size` bytes
+/// (`sampling::weight`), from the thread's one-entry cache when the last
+/// block it weighed had the same size (and rate). The weights are a pure
+/// function of (size, rate), so a hit returns exactly what the computation
+/// would (`weight_cache_returns_the_computed_weights`): the allocation and
+/// the free of a block add and subtract the same figures, whichever threads
+/// they run on. Saves a sampled pair an `exp_m1` and a division at each end
+/// when its size repeats.
+pub(crate) fn weight(size: u64) -> Weight {
+    weight_with(size, crate::config::HOT.rate.load(Ordering::Relaxed))
+}
+
+/// [`weight`] at sampling rate `rate`.
+pub(crate) fn weight_with(size: u64, rate: u64) -> Weight {
     STATE
         .try_with(|s| {
             if s.weight_key.get() == (size, rate) {
