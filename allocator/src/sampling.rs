@@ -420,7 +420,7 @@ mod tests {
         // The distribution: P(gap > k R) = exp(-k), each within 5 sd of a
         // binomial proportion; and the mean within 5 sd of R.
         for k in [0.01, 0.1, 0.5, 1.0, 2.0, 4.0, 8.0] {
-            let p: f64 = (-k as f64).exp();
+            let p = f64::exp(-k);
             let above = gaps.iter().filter(|&&g| g > k).count() as f64 / n as f64;
             let sd = (p * (1.0 - p) / n as f64).sqrt();
             assert!((above - p).abs() < 5.0 * sd, "P(gap > {k} R) = {above}, expected {p}");
