@@ -114,7 +114,8 @@ impl<A> Alloc<A> {
 
 impl<A: GlobalAlloc> Alloc<A> {
     /// `alloc` (`ZEROED = false`) or `alloc_zeroed` (`true`): when switched
-    /// off, a load, a branch and a jump to the inner allocator; otherwise a
+    /// off, a compare with memory, a branch and a jump to the inner
+    /// allocator (`switched_off`); otherwise a
     /// jump to `alloc_counted`. ZEROED is a compile-time choice: two copies,
     /// no branch per call.
     ///
