@@ -59,7 +59,7 @@ fn fork_loop() -> u32 {
                     // Tracked blocks (table shards; stacks when logging).
                     drop(black_box(vec![t as u8; 70_000 + (n % 64) as usize * 8]));
                     drop(black_box(vec![t as u8; 64]));
-                    if n % 64 == 0 {
+                    if n.is_multiple_of(64) {
                         // The external-memory list and the table's size.
                         let _ = black_box(heaptag::snapshot());
                     }

@@ -176,7 +176,7 @@ fn a_c_constructor_allocates_before_main() {
     // A jemalloc size class of 100,000 bytes (whole pages), not glibc's
     // 100,008: the constructor ran before heaptag started and was served
     // by jemalloc.
-    assert!(usable >= 100_000 && usable % 4096 == 0, "usable size {usable}");
+    assert!(usable >= 100_000 && usable.is_multiple_of(4096), "usable size {usable}");
     // SAFETY: a live block of 100,000 bytes.
     let bytes = unsafe { std::slice::from_raw_parts(p, 100_000) };
     assert!(bytes.iter().all(|&b| b == 0x5a));

@@ -463,7 +463,7 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> 
 /// As POSIX `posix_memalign`: `out` is valid for a pointer write.
 #[no_mangle]
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, alignment: usize, size: usize) -> c_int {
-    if !alignment.is_power_of_two() || alignment % size_of::<*mut c_void>() != 0 {
+    if !alignment.is_power_of_two() || !alignment.is_multiple_of(size_of::<*mut c_void>()) {
         return libc::EINVAL;
     }
     // SAFETY: the alignment is valid; `out` is our caller's.

@@ -168,7 +168,7 @@ fn main() {
             live[slot] = Some((addr, size));
         }
         n += 1;
-        if n % sample_every == 0 {
+        if n.is_multiple_of(sample_every) {
             put(
                 Record::Rss {
                     time_ns: t,

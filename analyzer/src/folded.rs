@@ -851,7 +851,7 @@ pub(crate) fn replay_files(
         let mut stop = false;
         while let Some(rec) = r.next() {
             records += 1;
-            if records % RECORDS_PER_TICK == 0 {
+            if records.is_multiple_of(RECORDS_PER_TICK) {
                 progress.tick(r.offset());
             }
             let flow = before(&rec, replay);

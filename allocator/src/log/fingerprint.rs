@@ -699,7 +699,7 @@ mod four_lane {
                 // SAFETY: `i * 8 + 8 <= len`.
                 self.word(unsafe { load(p.add(i * 8)) });
             }
-            if len % 8 != 0 {
+            if !len.is_multiple_of(8) {
                 // SAFETY: `len >= 8`, so the last 8 bytes are inside the range.
                 self.word(unsafe { load(p.add(len - 8)) });
             }
@@ -1102,12 +1102,13 @@ mod tests {
             t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
         };
         const MIB: usize = 1 << 20;
+        type FpFn = dyn Fn(&[u8]) -> Fingerprint;
         for (blocks, reps) in [(1usize, 100_000usize), (256, 4)] {
             let v = bytes(blocks * MIB);
             let n = (blocks * reps) as f64;
             let mut m: [Vec<f64>; 3] = Default::default();
             for _ in 0..7 {
-                let paths: [&dyn Fn(&[u8]) -> Fingerprint; 3] = [
+                let paths: [&FpFn; 3] = [
                     // SAFETY: each block is a live slice for the call.
                     &|b| unsafe { four_lane::fingerprint(b.as_ptr(), b.len()) },
                     &|b| fp(b, false),

@@ -147,7 +147,7 @@ impl Model {
                     stopped = true;
                     break;
                 }
-                if m.records % RECORDS_PER_TICK == 0 {
+                if m.records.is_multiple_of(RECORDS_PER_TICK) {
                     progress.tick(r.offset());
                 }
             }

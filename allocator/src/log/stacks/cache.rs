@@ -362,7 +362,7 @@ impl<'a> Walk<'a> {
     /// inside this thread's stack above the anchor, at an offset the cache
     /// can hold.
     fn peek(&self, slot: usize) -> Option<u64> {
-        let ok = slot % 8 == 0
+        let ok = slot.is_multiple_of(8)
             && slot >= self.anchor
             && slot.saturating_add(8) <= self.hi
             && slot - self.anchor <= u32::MAX as usize;
