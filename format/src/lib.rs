@@ -32,7 +32,9 @@ pub use field::Deltas;
 pub use frame::{write_frame, FrameEncoder, FRAME_HEADER_LEN, FRAME_HEADER_LEN_V1, MAX_FRAME, SYNC};
 pub use header::{Header, LogSettings, Module, COMPAT, FINGERPRINT_FULL_XXH3, MAGIC, MAX_ARGS, MAX_MODULES, VERSION};
 pub use reader::{LogReader, Problem, ProblemKind};
-pub use record::{kinds_markdown, Decoded, Event, FieldDoc, Fill, FpMeta, FpWhen, Kind, Record, RecordRef, TagCount};
+pub use record::{
+    kinds_markdown, Decoded, Event, FieldDoc, Fill, FpMeta, FpWhen, Kind, Record, RecordRef, TagCount, MAX_EVENT_LEN,
+};
 pub use units::{parse_duration, parse_size};
 
 use std::fmt;
