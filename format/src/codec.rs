@@ -30,6 +30,14 @@ pub trait Sink {
     fn failed(&self) -> bool {
         false
     }
+    /// Appends the first `len` (<= [`CHUNK`]) bytes of `chunk`: one
+    /// encoded event, from the writer's fast path. Provided: `put` of them;
+    /// a sink with room may copy the whole fixed-size chunk and keep `len`
+    /// bytes of it (a fixed copy instead of a variable-length one).
+    #[inline]
+    fn put_chunk(&mut self, chunk: &[u8; CHUNK], len: usize) {
+        self.put(&chunk[..len.min(CHUNK)]);
+    }
     /// Appends `v` as an unsigned LEB128 varint (what [`put_varint`]
     /// does). Provided: the varint is built on the stack and `put` once; a
     /// sink with room at hand may write it in place.
@@ -95,6 +103,10 @@ pub fn varint_len(v: u64) -> usize {
     ((64 - (v | 1).leading_zeros()) as usize).div_ceil(7)
 }
 
+/// Size of the chunks of [`Sink::put_chunk`]: an encoded ring event
+/// (at most [`crate::MAX_EVENT_LEN`] bytes) with room to spare.
+pub const CHUNK: usize = 64;
+
 /// A record being encoded on the stack: `N` bytes, the body written from
 /// `start` on, so that the kind and the length (known once the body is)
 /// go in front of it and the whole record reaches the real sink in one
@@ -136,6 +148,22 @@ impl<const N: usize> Staging<N> {
     }
 }
 
+impl Staging<CHUNK> {
+    /// The record, when its body (written from byte 2) is shorter than 128
+    /// bytes: `kind`, the one-byte length, the body, as the whole stage and
+    /// the record's length; `None` when the body overflowed.
+    #[inline(always)]
+    pub(crate) fn chunk(&mut self, kind: u8) -> Option<(&[u8; CHUNK], usize)> {
+        if self.over || self.len < 2 {
+            return None;
+        }
+        // CHUNK - 2 < 128: the length is one byte.
+        self.buf[0] = kind;
+        self.buf[1] = (self.len - 2) as u8;
+        Some((&self.buf, self.len))
+    }
+}
+
 impl<const N: usize> Sink for Staging<N> {
     #[inline(always)]
     fn put(&mut self, bytes: &[u8]) {
@@ -148,26 +176,43 @@ impl<const N: usize> Sink for Staging<N> {
         }
     }
     #[inline(always)]
-    fn put_varint(&mut self, mut v: u64) {
-        // In place: at most 10 bytes, one store each, no copy.
+    fn put_varint(&mut self, v: u64) {
+        // In place, with room for the longest varint.
         let Some(dst) = self.buf.get_mut(self.len..self.len + 10) else {
             let mut buf = [0u8; 10];
             let n = varint_bytes(v, &mut buf);
             self.put(&buf[..n]);
             return;
         };
-        for (i, slot) in dst.iter_mut().enumerate() {
-            let b = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                *slot = b;
-                self.len += i + 1;
-                return;
-            }
-            *slot = b | 0x80;
+        if v < 0x80 {
+            // Most fields (ids, threads, small deltas): one byte.
+            dst[0] = v as u8;
+            self.len += 1;
+            return;
         }
-        // Unreachable: a u64 takes at most 10 bytes.
-        self.len += 10;
+        if v < 1 << 56 {
+            // Up to 8 bytes (every time, address delta and size a real log
+            // holds): the 7-bit groups spread to bytes with a few word
+            // operations (the decoder's packing backwards), the
+            // continuation bit set on every byte below the highest one
+            // that holds bits, and one 8-byte store of which those bytes
+            // count.
+            let mut x = v;
+            x = (x & 0x0000_0000_0fff_ffff) | ((x & 0x00ff_ffff_f000_0000) << 4);
+            x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x0fff_c000_0fff_c000) << 2);
+            x = (x & 0x007f_007f_007f_007f) | ((x & 0x3f80_3f80_3f80_3f80) << 1);
+            // `x` >= 0x100 (v >= 0x80): its highest bit is in byte 1 to 7.
+            let top = 63 - x.leading_zeros();
+            let last = top & !7;
+            x |= 0x8080_8080_8080_8080 & ((1u64 << last) - 1);
+            dst[..8].copy_from_slice(&x.to_le_bytes());
+            self.len += (last / 8) as usize + 1;
+            return;
+        }
+        let mut buf = [0u8; 10];
+        let n = varint_bytes(v, &mut buf);
+        dst[..n].copy_from_slice(&buf[..n]);
+        self.len += n;
     }
     fn len(&self) -> usize {
         self.len

@@ -454,8 +454,9 @@ pub enum Decoded {
 /// values of up to 10 bytes each, two 32-bit ones of up to 5).
 pub const MAX_EVENT_LEN: usize = 62;
 
-/// Stage of a ring event: its body from byte 2 (kind, one-byte length).
-const EVENT_STAGE: usize = 64;
+/// Stage of a ring event: its body from byte 2 (kind, one-byte length);
+/// a [`Sink::put_chunk`] chunk.
+const EVENT_STAGE: usize = crate::codec::CHUNK;
 /// Stage of any other record: its body from byte 3 (kind, a length of up
 /// to two bytes); a longer body is counted first instead.
 const RECORD_STAGE: usize = 320;
@@ -508,18 +509,17 @@ impl Event {
     /// fast path: the body (at most [`MAX_EVENT_LEN`] - 2 bytes) is encoded
     /// into a small stack buffer and reaches `out` with the kind and its
     /// one-byte length in one `put`.
-    #[inline]
+    #[inline(always)]
     pub fn encode(&self, d: &mut Deltas, out: &mut impl Sink) {
-        let r = self.borrowed();
         let before = *d;
         let mut stage = Staging::<EVENT_STAGE>::new(2);
-        r.encode_body(d, &mut stage);
-        match stage.record(r.kind().code(), 2) {
-            Some(bytes) => out.put(bytes),
+        self.encode_body(d, &mut stage);
+        match stage.chunk(self.kind().code()) {
+            Some((chunk, len)) => out.put_chunk(chunk, len),
             // Not reached (every event fits): the general path.
             None => {
                 *d = before;
-                r.encode(d, out);
+                self.borrowed().encode(d, out);
             }
         }
     }

@@ -11,8 +11,10 @@
 //! and into a sink that drops what does not fit, whose surviving records
 //! must decode to the records given.
 
-use heaptag_format::codec::Sink;
-use heaptag_format::{Deltas, Fill, FpMeta, FpWhen, FrameEncoder, Header, Kind, LogReader, Record, TagCount, VERSION};
+use heaptag_format::codec::{Sink, CHUNK};
+use heaptag_format::{
+    Deltas, Event, Fill, FpMeta, FpWhen, FrameEncoder, Header, Kind, LogReader, Record, TagCount, VERSION,
+};
 
 /// splitmix64: a small deterministic generator, so the stream is the same
 /// on every machine and run.
@@ -372,6 +374,146 @@ fn encode_frames(frames: &[Vec<Record>]) -> Vec<u8> {
     out
 }
 
+/// The ring event of a record of a ring kind.
+fn as_event(r: &Record) -> Option<Event> {
+    Some(match *r {
+        Record::Alloc {
+            time_ns,
+            thread,
+            tag,
+            stack,
+            addr,
+            size,
+        } => Event::Alloc {
+            time_ns,
+            thread,
+            tag,
+            stack,
+            addr,
+            size,
+        },
+        Record::Free {
+            time_ns,
+            thread,
+            addr,
+            size,
+        } => Event::Free {
+            time_ns,
+            thread,
+            addr,
+            size,
+        },
+        Record::ReallocBegin { time_ns, thread, addr } => Event::ReallocBegin { time_ns, thread, addr },
+        Record::Realloc {
+            time_ns,
+            thread,
+            tag,
+            old_addr,
+            old_size,
+            addr,
+            size,
+        } => Event::Realloc {
+            time_ns,
+            thread,
+            tag,
+            old_addr,
+            old_size,
+            addr,
+            size,
+        },
+        Record::SampleAlloc {
+            time_ns,
+            thread,
+            tag,
+            stack,
+            addr,
+            size,
+            weight,
+        } => Event::SampleAlloc {
+            time_ns,
+            thread,
+            tag,
+            stack,
+            addr,
+            size,
+            weight,
+        },
+        Record::SampleFree {
+            time_ns,
+            thread,
+            addr,
+            size,
+        } => Event::SampleFree {
+            time_ns,
+            thread,
+            addr,
+            size,
+        },
+        Record::Native { addr } => Event::Native { addr },
+        Record::Fingerprint {
+            time_ns,
+            addr,
+            size,
+            hash,
+            meta,
+        } => Event::Fingerprint {
+            time_ns,
+            addr,
+            size,
+            hash,
+            meta,
+        },
+        _ => return None,
+    })
+}
+
+/// A `Vec<u8>` sink that takes chunks as the allocator's buffer does: the
+/// whole fixed-size chunk copied, then cut to the record's length.
+struct ChunkVec(Vec<u8>);
+
+impl Sink for ChunkVec {
+    fn put(&mut self, b: &[u8]) {
+        self.0.extend_from_slice(b);
+    }
+    fn put_chunk(&mut self, chunk: &[u8; CHUNK], len: usize) {
+        let at = self.0.len();
+        self.0.extend_from_slice(chunk);
+        self.0.truncate(at + len);
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn as_slice(&self) -> &[u8] {
+        &self.0
+    }
+    fn set(&mut self, at: usize, b: u8) {
+        self.0[at] = b;
+    }
+    fn insert(&mut self, at: usize, b: &[u8]) {
+        self.0.splice(at..at, b.iter().copied());
+    }
+    fn truncate(&mut self, len: usize) {
+        self.0.truncate(len);
+    }
+}
+
+/// As [`encode_frames`], the ring events by the writer's fast path
+/// (`push_event`) into `payload`.
+fn encode_frames_as_the_writer<B: Sink>(frames: &[Vec<Record>], payload: B) -> Vec<u8> {
+    let mut enc = FrameEncoder::new(payload, 1);
+    let mut out = Vec::new();
+    for f in frames {
+        for rec in f {
+            match as_event(rec) {
+                Some(ev) => assert!(enc.push_event(&ev)),
+                None => assert!(enc.push(rec.borrowed())),
+            }
+        }
+        assert!(enc.finish(&mut out));
+    }
+    out
+}
+
 /// Records of the stream, each encoded alone with the delta state of its
 /// frame, into one buffer (no frame headers): the record codec alone.
 fn encode_records(frames: &[Vec<Record>]) -> Vec<u8> {
@@ -410,6 +552,13 @@ fn the_encoder_writes_the_same_bytes_as_before() {
     );
     assert_eq!((bytes.len(), fnv(&bytes)), EXPECTED_FRAMES, "frame bytes changed");
     assert_eq!((records.len(), fnv(&records)), EXPECTED_RECORDS, "record bytes changed");
+    // The writer's path for events: the same bytes, into either sink.
+    for writer in [
+        encode_frames_as_the_writer(&frames, Vec::new()),
+        encode_frames_as_the_writer(&frames, ChunkVec(Vec::new())),
+    ] {
+        assert_eq!((writer.len(), fnv(&writer)), EXPECTED_FRAMES, "event bytes changed");
+    }
 
     // And they read back as the records given.
     let mut log = Vec::new();
