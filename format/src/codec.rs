@@ -30,6 +30,27 @@ pub trait Sink {
     fn failed(&self) -> bool {
         false
     }
+    /// Appends the first `len` (<= [`CHUNK`]) bytes of `chunk`: one
+    /// encoded event, from the writer's fast path. Provided: `put` of them;
+    /// a sink with room may copy the whole fixed-size chunk and keep `len`
+    /// bytes of it (a fixed copy instead of a variable-length one).
+    #[inline]
+    fn put_chunk(&mut self, chunk: &[u8; CHUNK], len: usize) {
+        self.put(&chunk[..len.min(CHUNK)]);
+    }
+    /// Appends `v` as an unsigned LEB128 varint (what [`put_varint`]
+    /// does). Provided: the varint is built on the stack and `put` once; a
+    /// sink with room at hand may write it in place.
+    #[inline]
+    fn put_varint(&mut self, v: u64) {
+        if v < 0x80 {
+            self.put(&[v as u8]);
+            return;
+        }
+        let mut buf = [0u8; 10];
+        let n = varint_bytes(v, &mut buf);
+        self.put(&buf[..n]);
+    }
 }
 
 impl Sink for Vec<u8> {
@@ -72,13 +93,184 @@ pub fn varint_bytes(mut v: u64, buf: &mut [u8; 10]) -> usize {
 /// Appends `v` as an unsigned LEB128 varint (1 to 10 bytes).
 #[inline]
 pub fn put_varint(out: &mut impl Sink, v: u64) {
-    if v < 0x80 {
-        out.put(&[v as u8]);
-        return;
+    out.put_varint(v);
+}
+
+/// Bytes of the LEB128 varint encoding of `v` (1 to 10).
+#[inline]
+pub fn varint_len(v: u64) -> usize {
+    // 7 bits per byte; 0 takes one byte.
+    ((64 - (v | 1).leading_zeros()) as usize).div_ceil(7)
+}
+
+/// Size of the chunks of [`Sink::put_chunk`]: an encoded ring event
+/// (at most [`crate::MAX_EVENT_LEN`] bytes) with room to spare.
+pub const CHUNK: usize = 64;
+
+/// A record being encoded on the stack: `N` bytes, the body written from
+/// `start` on, so that the kind and the length (known once the body is)
+/// go in front of it and the whole record reaches the real sink in one
+/// `put`. A body that does not fit marks it overflowed (nothing of it is
+/// used; the caller encodes the record another way).
+pub(crate) struct Staging<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+    over: bool,
+}
+
+impl<const N: usize> Staging<N> {
+    /// An empty stage whose body starts at `start` (room for the header).
+    #[inline(always)]
+    pub(crate) fn new(start: usize) -> Self {
+        Staging {
+            buf: [0; N],
+            len: start,
+            over: false,
+        }
     }
-    let mut buf = [0u8; 10];
-    let n = varint_bytes(v, &mut buf);
-    out.put(&buf[..n]);
+
+    /// The record: `kind`, the varint length of the body written since
+    /// `start`, the body; `None` when the body overflowed the stage or its
+    /// length needs more header room than `start` - 1 bytes.
+    #[inline(always)]
+    pub(crate) fn record(&mut self, kind: u8, start: usize) -> Option<&[u8]> {
+        if self.over {
+            return None;
+        }
+        let body = self.len - start;
+        let mut len = [0u8; 10];
+        let n = varint_bytes(body as u64, &mut len);
+        let at = start.checked_sub(n + 1)?;
+        let head = self.buf.get_mut(at..start)?;
+        head[0] = kind;
+        head[1..].copy_from_slice(&len[..n]);
+        self.buf.get(at..self.len)
+    }
+}
+
+impl Staging<CHUNK> {
+    /// The record, when its body (written from byte 2) is shorter than 128
+    /// bytes: `kind`, the one-byte length, the body, as the whole stage and
+    /// the record's length; `None` when the body overflowed.
+    #[inline(always)]
+    pub(crate) fn chunk(&mut self, kind: u8) -> Option<(&[u8; CHUNK], usize)> {
+        if self.over || self.len < 2 {
+            return None;
+        }
+        // CHUNK - 2 < 128: the length is one byte.
+        self.buf[0] = kind;
+        self.buf[1] = (self.len - 2) as u8;
+        Some((&self.buf, self.len))
+    }
+}
+
+impl<const N: usize> Sink for Staging<N> {
+    #[inline(always)]
+    fn put(&mut self, bytes: &[u8]) {
+        match self.buf.get_mut(self.len..self.len + bytes.len()) {
+            Some(dst) => {
+                dst.copy_from_slice(bytes);
+                self.len += bytes.len();
+            }
+            None => self.over = true,
+        }
+    }
+    #[inline(always)]
+    fn put_varint(&mut self, v: u64) {
+        // In place, with room for the longest varint.
+        let Some(dst) = self.buf.get_mut(self.len..self.len + 10) else {
+            let mut buf = [0u8; 10];
+            let n = varint_bytes(v, &mut buf);
+            self.put(&buf[..n]);
+            return;
+        };
+        if v < 0x80 {
+            // Most fields (ids, threads, small deltas): one byte.
+            dst[0] = v as u8;
+            self.len += 1;
+            return;
+        }
+        if v < 1 << 56 {
+            // Up to 8 bytes (every time, address delta and size a real log
+            // holds): the 7-bit groups spread to bytes with a few word
+            // operations (the decoder's packing backwards), the
+            // continuation bit set on every byte below the highest one
+            // that holds bits, and one 8-byte store of which those bytes
+            // count.
+            let mut x = v;
+            x = (x & 0x0000_0000_0fff_ffff) | ((x & 0x00ff_ffff_f000_0000) << 4);
+            x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x0fff_c000_0fff_c000) << 2);
+            x = (x & 0x007f_007f_007f_007f) | ((x & 0x3f80_3f80_3f80_3f80) << 1);
+            // `x` >= 0x100 (v >= 0x80): its highest bit is in byte 1 to 7.
+            let top = 63 - x.leading_zeros();
+            let last = top & !7;
+            x |= 0x8080_8080_8080_8080 & ((1u64 << last) - 1);
+            dst[..8].copy_from_slice(&x.to_le_bytes());
+            self.len += (last / 8) as usize + 1;
+            return;
+        }
+        let mut buf = [0u8; 10];
+        let n = varint_bytes(v, &mut buf);
+        dst[..n].copy_from_slice(&buf[..n]);
+        self.len += n;
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn as_slice(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+    fn set(&mut self, at: usize, byte: u8) {
+        if at < self.len {
+            self.buf[at] = byte;
+        }
+    }
+    fn insert(&mut self, at: usize, bytes: &[u8]) {
+        let end = self.len + bytes.len();
+        if at > self.len || end > N {
+            self.over = true;
+            return;
+        }
+        self.buf.copy_within(at..self.len, at + bytes.len());
+        self.buf[at..at + bytes.len()].copy_from_slice(bytes);
+        self.len = end;
+    }
+    fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+        self.over = false;
+    }
+    fn failed(&self) -> bool {
+        self.over
+    }
+}
+
+/// A sink that only counts the bytes put: the length of a record body too
+/// long for a [`Staging`], found before the body is written.
+pub(crate) struct Count(pub(crate) usize);
+
+impl Sink for Count {
+    #[inline]
+    fn put(&mut self, bytes: &[u8]) {
+        self.0 += bytes.len();
+    }
+    #[inline]
+    fn put_varint(&mut self, v: u64) {
+        self.0 += varint_len(v);
+    }
+    fn len(&self) -> usize {
+        self.0
+    }
+    fn as_slice(&self) -> &[u8] {
+        // It holds no bytes; nothing reads them back.
+        &[]
+    }
+    fn set(&mut self, _at: usize, _byte: u8) {}
+    fn insert(&mut self, _at: usize, bytes: &[u8]) {
+        self.0 += bytes.len();
+    }
+    fn truncate(&mut self, len: usize) {
+        self.0 = self.0.min(len);
+    }
 }
 
 /// Maps a signed value to unsigned so small magnitudes stay small.
@@ -328,6 +520,52 @@ mod tests {
             assert_eq!(c.varint().unwrap(), v);
             assert!(c.is_empty());
         }
+    }
+
+    #[test]
+    fn varint_len_is_the_encoded_length_and_staging_writes_what_vec_does() {
+        let mut values = vec![0u64, u64::MAX];
+        for bits in 1..64 {
+            values.extend([(1u64 << bits) - 1, 1u64 << bits, (1u64 << bits) + 1]);
+        }
+        for &v in &values {
+            let mut out = Vec::new();
+            put_varint(&mut out, v);
+            assert_eq!(varint_len(v), out.len(), "{v:#x}");
+            let mut c = Count(0);
+            put_varint(&mut c, v);
+            assert_eq!(c.0, out.len(), "{v:#x}");
+            // In place, with room and without (the last 9 bytes of a stage).
+            for start in [0usize, 3, 20, 23, 25, 29] {
+                let mut s = Staging::<32>::new(start);
+                put_varint(&mut s, v);
+                if start + out.len() <= 32 {
+                    assert!(!s.failed(), "{v:#x} at {start}");
+                    assert_eq!(&s.as_slice()[start..], &out[..], "{v:#x} at {start}");
+                } else {
+                    assert!(s.failed(), "{v:#x} at {start}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_staged_record_is_kind_length_body_or_none() {
+        let mut s = Staging::<300>::new(3);
+        s.put(&[7; 200]);
+        let r = s.record(9, 3).unwrap();
+        assert_eq!(&r[..3], &[9, 200 & 0x7f | 0x80, 1]);
+        assert_eq!(r.len(), 203);
+        let mut s = Staging::<300>::new(2);
+        s.put(&[7; 5]);
+        assert_eq!(s.record(4, 2).unwrap(), &[4, 5, 7, 7, 7, 7, 7]);
+        // A body of 128 bytes needs a 2-byte length: no room after 2.
+        let mut s = Staging::<300>::new(2);
+        s.put(&[7; 128]);
+        assert!(s.record(4, 2).is_none());
+        let mut s = Staging::<8>::new(2);
+        s.put(&[1; 7]);
+        assert!(s.failed() && s.record(4, 2).is_none());
     }
 
     #[test]

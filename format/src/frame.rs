@@ -8,7 +8,7 @@
 
 use crate::codec::Sink;
 use crate::field::Deltas;
-use crate::record::RecordRef;
+use crate::record::{Event, RecordRef};
 
 /// Marks the start of every frame; a reader that meets a damaged frame scans
 /// forward to the next one.
@@ -67,6 +67,24 @@ impl<B: Sink> FrameEncoder<B> {
         let len = self.payload.len();
         let deltas = self.deltas;
         r.encode(&mut self.deltas, &mut self.payload);
+        if self.payload.failed() {
+            self.payload.truncate(len);
+            self.deltas = deltas;
+            return false;
+        }
+        true
+    }
+
+    /// Appends one allocator event (the same bytes as [`push`] of its
+    /// [`Event::borrowed`] form, by [`Event::encode`]'s fast path). When the
+    /// buffer cannot grow, nothing is kept and false is returned.
+    ///
+    /// [`push`]: FrameEncoder::push
+    #[inline]
+    pub fn push_event(&mut self, ev: &Event) -> bool {
+        let len = self.payload.len();
+        let deltas = self.deltas;
+        ev.encode(&mut self.deltas, &mut self.payload);
         if self.payload.failed() {
             self.payload.truncate(len);
             self.deltas = deltas;

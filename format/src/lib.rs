@@ -35,7 +35,9 @@ pub use header::{
     FINGERPRINT_SAMPLED_XXH3, MAGIC, MAX_ARGS, MAX_MODULES, VERSION,
 };
 pub use reader::{LogReader, Problem, ProblemKind};
-pub use record::{kinds_markdown, Decoded, Event, FieldDoc, Fill, FpMeta, FpWhen, Kind, Record, RecordRef, TagCount};
+pub use record::{
+    kinds_markdown, Decoded, Event, FieldDoc, Fill, FpMeta, FpWhen, Kind, Record, RecordRef, TagCount, MAX_EVENT_LEN,
+};
 pub use units::{parse_duration, parse_size};
 
 use std::fmt;

@@ -11,7 +11,7 @@
 //! a kind it does not know by its length, and ignores bytes after the fields
 //! it knows (fields a newer writer appended).
 
-use crate::codec::{varint_bytes, Cursor, Sink};
+use crate::codec::{varint_bytes, Count, Cursor, Sink, Staging};
 use crate::field::{
     Addr, Deltas, Field, FpFlags, Frames, Hash64, OptStr, OptU32, OptU64, Str, TagCounts, Time, Zeros, I32, I64, U32,
     U64,
@@ -449,28 +449,78 @@ pub enum Decoded {
     },
 }
 
+/// Largest encoded ring event ([`Event`]): kind, a one-byte length and a
+/// body of at most 60 bytes (`realloc`: a time delta and four 64-bit
+/// values of up to 10 bytes each, two 32-bit ones of up to 5).
+pub const MAX_EVENT_LEN: usize = 62;
+
+/// Stage of a ring event: its body from byte 2 (kind, one-byte length);
+/// a [`Sink::put_chunk`] chunk.
+const EVENT_STAGE: usize = crate::codec::CHUNK;
+/// Stage of any other record: its body from byte 3 (kind, a length of up
+/// to two bytes); a longer body is counted first instead.
+const RECORD_STAGE: usize = 320;
+
 impl RecordRef<'_> {
     /// Appends the record as format version 2 writes it: kind, varint body
     /// length, body. Updates the frame's delta state.
     ///
-    /// The length is written after the body is encoded: one byte is kept
-    /// for it (bodies are almost always shorter than 128 bytes) and the
-    /// rest of a longer varint is inserted after it.
+    /// The body is encoded on the stack, where its length is known before
+    /// anything reaches `out`; then kind, length and body go to `out` in one
+    /// `put`. A body too long for the stack (a deep stack's definition, a
+    /// counter snapshot of many tags, a long string) is measured by a
+    /// counting pass first and then written to `out` directly. Either way
+    /// the bytes are the same.
     #[inline]
     pub fn encode(&self, d: &mut Deltas, out: &mut impl Sink) {
-        out.put(&[self.kind().code()]);
-        let at = out.len();
-        out.put(&[0]);
-        self.encode_body(d, out);
-        let len = out.len().saturating_sub(at + 1);
-        if out.failed() {
-            return;
+        let code = self.kind().code();
+        let before = *d;
+        let mut stage = Staging::<RECORD_STAGE>::new(3);
+        self.encode_body(d, &mut stage);
+        match stage.record(code, 3) {
+            Some(bytes) => out.put(bytes),
+            None => {
+                *d = before;
+                self.encode_long(d, out);
+            }
         }
-        let mut buf = [0u8; 10];
-        let n = varint_bytes(len as u64, &mut buf);
-        out.set(at, buf[0]);
-        if n > 1 {
-            out.insert(at + 1, &buf[1..n]);
+    }
+
+    /// A record whose body does not fit on the stack: its length by a
+    /// counting pass, then kind, length and body straight to `out`.
+    #[cold]
+    #[inline(never)]
+    fn encode_long(&self, d: &mut Deltas, out: &mut impl Sink) {
+        let mut count = Count(0);
+        self.encode_body(&mut d.clone(), &mut count);
+        let mut head = [0u8; 11];
+        head[0] = self.kind().code();
+        let mut len = [0u8; 10];
+        let n = varint_bytes(count.0 as u64, &mut len);
+        head[1..=n].copy_from_slice(&len[..n]);
+        out.put(&head[..=n]);
+        self.encode_body(d, out);
+    }
+}
+
+impl Event {
+    /// Appends the event as a record, exactly as
+    /// [`RecordRef::encode`] of [`Event::borrowed`] does, on the writer's
+    /// fast path: the body (at most [`MAX_EVENT_LEN`] - 2 bytes) is encoded
+    /// into a small stack buffer and reaches `out` with the kind and its
+    /// one-byte length in one `put`.
+    #[inline(always)]
+    pub fn encode(&self, d: &mut Deltas, out: &mut impl Sink) {
+        let before = *d;
+        let mut stage = Staging::<EVENT_STAGE>::new(2);
+        self.encode_body(d, &mut stage);
+        match stage.chunk(self.kind().code()) {
+            Some((chunk, len)) => out.put_chunk(chunk, len),
+            // Not reached (every event fits): the general path.
+            None => {
+                *d = before;
+                self.borrowed().encode(d, out);
+            }
         }
     }
 }
@@ -593,4 +643,203 @@ pub fn kinds_markdown() -> String {
         ));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The encoder as it was before records were staged on the stack: a 0
+    /// length byte, the body, then the length set in place and the rest of
+    /// a longer varint inserted after it. The reference the new one must
+    /// match byte for byte.
+    fn encode_old(r: &RecordRef<'_>, d: &mut Deltas, out: &mut Vec<u8>) {
+        out.put(&[r.kind().code()]);
+        let at = out.len();
+        out.put(&[0]);
+        r.encode_body(d, out);
+        let len = out.len().saturating_sub(at + 1);
+        let mut buf = [0u8; 10];
+        let n = varint_bytes(len as u64, &mut buf);
+        Sink::set(out, at, buf[0]);
+        if n > 1 {
+            Sink::insert(out, at + 1, &buf[1..n]);
+        }
+    }
+
+    /// splitmix64.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        }
+        /// A value of a random width, 0 to 64 bits.
+        fn wide(&mut self) -> u64 {
+            match self.next() % 65 {
+                0 => 0,
+                64 => self.next(),
+                b => self.next() & ((1u64 << b) - 1),
+            }
+        }
+        fn w32(&mut self) -> u32 {
+            self.wide() as u32
+        }
+    }
+
+    fn events(r: &mut Rng) -> [Event; 8] {
+        [
+            Event::Alloc {
+                time_ns: r.wide(),
+                thread: r.w32(),
+                tag: r.w32(),
+                stack: r.w32(),
+                addr: r.wide(),
+                size: r.wide(),
+            },
+            Event::Free {
+                time_ns: r.wide(),
+                thread: r.w32(),
+                addr: r.wide(),
+                size: r.wide(),
+            },
+            Event::ReallocBegin {
+                time_ns: r.wide(),
+                thread: r.w32(),
+                addr: r.wide(),
+            },
+            Event::Realloc {
+                time_ns: r.wide(),
+                thread: r.w32(),
+                tag: r.w32(),
+                old_addr: r.wide(),
+                old_size: r.wide(),
+                addr: r.wide(),
+                size: r.wide(),
+            },
+            Event::SampleAlloc {
+                time_ns: r.wide(),
+                thread: r.w32(),
+                tag: r.w32(),
+                stack: r.w32(),
+                addr: r.wide(),
+                size: r.wide(),
+                weight: r.wide(),
+            },
+            Event::SampleFree {
+                time_ns: r.wide(),
+                thread: r.w32(),
+                addr: r.wide(),
+                size: r.wide(),
+            },
+            Event::Native { addr: r.wide() },
+            Event::Fingerprint {
+                time_ns: r.wide(),
+                addr: r.wide(),
+                size: r.wide(),
+                hash: r.next(),
+                meta: FpMeta {
+                    fill: [Fill::Mixed, Fill::Zero, Fill::Constant(r.next() as u8)][(r.next() % 3) as usize],
+                    full: r.next() % 2 == 0,
+                    when: [FpWhen::Free, FpWhen::Mark, FpWhen::Finish][(r.next() % 3) as usize],
+                },
+            },
+        ]
+    }
+
+    #[test]
+    fn events_encode_as_the_old_encoder_did_through_both_paths() {
+        let mut r = Rng(20);
+        let (mut d_old, mut d_ref, mut d_ev) = (Deltas::default(), Deltas::default(), Deltas::default());
+        let (mut old, mut by_ref, mut by_event) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..50_000 {
+            if i % 1000 == 0 {
+                // A new frame: the delta state restarts.
+                (d_old, d_ref, d_ev) = (Deltas::default(), Deltas::default(), Deltas::default());
+            }
+            for ev in events(&mut r) {
+                let at = by_event.len();
+                encode_old(&ev.borrowed(), &mut d_old, &mut old);
+                ev.borrowed().encode(&mut d_ref, &mut by_ref);
+                ev.encode(&mut d_ev, &mut by_event);
+                assert!(by_event.len() - at <= MAX_EVENT_LEN, "{ev:?}");
+                assert_eq!(by_event[at + 1] as usize, by_event.len() - at - 2, "one-byte length");
+            }
+        }
+        assert_eq!(old, by_ref);
+        assert_eq!(old, by_event);
+    }
+
+    #[test]
+    fn the_largest_events_take_max_event_len() {
+        // Every value at its widest: 10-byte deltas (zigzag of i64::MIN) and
+        // values, 5-byte 32-bit ones.
+        let ev = Event::Realloc {
+            time_ns: 1 << 63,
+            thread: u32::MAX,
+            tag: u32::MAX,
+            old_addr: 1 << 63,
+            old_size: u64::MAX,
+            addr: 0,
+            size: u64::MAX,
+        };
+        let mut out = Vec::new();
+        ev.encode(&mut Deltas::default(), &mut out);
+        // The second address delta is -2^63 too.
+        assert_eq!(out.len(), MAX_EVENT_LEN);
+    }
+
+    #[test]
+    fn long_and_short_records_encode_as_the_old_encoder_did() {
+        let mut r = Rng(21);
+        let mut recs = Vec::new();
+        for n in (0..400).chain([1000, 4096]) {
+            recs.push(Record::StackDef {
+                id: r.w32(),
+                frames: (0..n).map(|_| r.wide()).collect(),
+            });
+        }
+        for n in (0..60).chain([200, 2000]) {
+            recs.push(Record::Counters {
+                time_ns: r.wide(),
+                tags: (0..n)
+                    .map(|_| TagCount {
+                        tag: r.w32(),
+                        alloc_bytes: r.wide(),
+                        alloc_count: r.wide(),
+                        tracked_live: r.wide(),
+                        small_live: r.wide(),
+                        peak: r.wide(),
+                        external: r.wide(),
+                    })
+                    .collect(),
+            });
+        }
+        for len in (0..700).chain(16_370..16_400).chain([1 << 21]) {
+            recs.push(Record::Mark {
+                time_ns: r.wide(),
+                label: "x".repeat(len),
+            });
+            recs.push(Record::TagDef {
+                id: r.w32(),
+                job: Some(r.wide()),
+                partition: None,
+                stage: Some("é".repeat(len / 2)),
+            });
+        }
+        for len in 0..700 {
+            recs.push(Record::Pad { len });
+        }
+        let (mut d_old, mut d_new) = (Deltas::default(), Deltas::default());
+        let (mut old, mut new) = (Vec::new(), Vec::new());
+        for rec in &recs {
+            encode_old(&rec.borrowed(), &mut d_old, &mut old);
+            rec.encode(&mut d_new, &mut new);
+            assert_eq!(old.len(), new.len(), "{:?}", rec.kind());
+        }
+        assert_eq!(old, new);
+    }
 }

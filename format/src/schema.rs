@@ -232,6 +232,16 @@ macro_rules! records {
         }
 
         impl Event {
+            /// Appends the event's body (its fields, no kind or length):
+            /// [`RecordRef::encode_body`] for the ring kinds only, small
+            /// enough to inline into the writer's loop.
+            #[inline(always)]
+            pub(crate) fn encode_body(&self, d: &mut Deltas, out: &mut impl Sink) {
+                match *self {
+                    $( Event::$ekind { $($efield),* } => { $( <$eenc as Field>::put(d, $efield, out); )* } )*
+                }
+            }
+
             /// The event's kind.
             #[inline]
             pub fn kind(&self) -> Kind {

@@ -11,6 +11,7 @@ use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
 use allocator_api2::vec::Vec as IVec;
+use heaptag_format::codec::CHUNK;
 use heaptag_format::{FrameEncoder, Header, LogSettings, Record, RecordRef, Sink, TagCount, VERSION};
 
 use super::finish::{self, ABANDONED, PENDING};
@@ -49,14 +50,57 @@ impl IBuf {
     }
 }
 
+impl IBuf {
+    /// Appends `bytes` when the buffer can grow to hold them (false, and
+    /// nothing appended, when it cannot).
+    ///
+    /// One copy of the whole slice: allocator-api2's `extend_from_slice`
+    /// clones element by element (it has no `Copy` specialisation on
+    /// stable), a loop iteration per byte of every record and frame.
+    #[inline]
+    fn append(&mut self, bytes: &[u8]) -> bool {
+        if self.v.try_reserve(bytes.len()).is_err() {
+            return false;
+        }
+        let len = self.v.len();
+        // SAFETY: `try_reserve` made room for `bytes.len()` more bytes after
+        // `len`; the source is a distinct live slice (the buffer is borrowed
+        // mutably, so `bytes` cannot point into it); `u8` needs no drop and
+        // every byte up to the new length is written before `set_len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.v.as_mut_ptr().add(len), bytes.len());
+            self.v.set_len(len + bytes.len());
+        }
+        true
+    }
+}
+
 impl Sink for IBuf {
+    #[inline]
     fn put(&mut self, bytes: &[u8]) {
-        if self.v.try_reserve(bytes.len()).is_ok() {
-            self.v.extend_from_slice(bytes);
-        } else {
+        if !self.append(bytes) {
             self.failed = true;
         }
     }
+    #[inline]
+    fn put_chunk(&mut self, chunk: &[u8; CHUNK], len: usize) {
+        let len = len.min(CHUNK);
+        if self.v.try_reserve(CHUNK).is_err() {
+            self.failed = true;
+            return;
+        }
+        let at = self.v.len();
+        // SAFETY: `try_reserve` made room for `CHUNK` bytes after `at`, so
+        // the whole chunk (a fixed-size copy, cheaper than a variable one)
+        // fits in the spare capacity; only its first `len <= CHUNK` bytes
+        // are made part of the buffer. `chunk` is a distinct array; `u8`
+        // needs no drop.
+        unsafe {
+            std::ptr::copy_nonoverlapping(chunk.as_ptr(), self.v.as_mut_ptr().add(at), CHUNK);
+            self.v.set_len(at + len);
+        }
+    }
+    #[inline]
     fn len(&self) -> usize {
         self.v.len()
     }
@@ -69,17 +113,18 @@ impl Sink for IBuf {
         }
     }
     fn insert(&mut self, at: usize, bytes: &[u8]) {
-        if at > self.v.len() || self.v.try_reserve(bytes.len()).is_err() {
+        if at > self.v.len() || !self.append(bytes) {
             self.failed = true;
             return;
         }
-        self.v.extend_from_slice(bytes);
         self.v[at..].rotate_right(bytes.len());
     }
+    #[inline]
     fn truncate(&mut self, len: usize) {
         self.v.truncate(len);
         self.failed = false;
     }
+    #[inline]
     fn failed(&self) -> bool {
         self.failed
     }
@@ -384,10 +429,17 @@ impl Writer {
     /// memory is dropped whole and counted as lost (false). After a failed
     /// write, the definitions it lost go first.
     fn put(&mut self, r: RecordRef<'_>) -> bool {
+        self.add(|enc| enc.push(r))
+    }
+
+    /// What [`put`](Writer::put) does around `push`, the encoding of one
+    /// record or event into the frame being built.
+    #[inline(always)]
+    fn add(&mut self, push: impl FnOnce(&mut FrameEncoder<IBuf>) -> bool) -> bool {
         if self.resend && !self.in_definitions {
             self.send_definitions();
         }
-        let pushed = self.enc.push(r);
+        let pushed = push(&mut self.enc);
         if !pushed {
             LOG_EVENTS_LOST.fetch_add(1, Ordering::Relaxed);
         }
@@ -529,8 +581,13 @@ impl Writer {
         self.in_definitions = false;
     }
 
+    /// Adds one event of the ring to the frame being built (as [`put`]
+    /// does a record, by the encoder's fast path for events).
+    ///
+    /// [`put`]: Writer::put
+    #[inline]
     fn event(&mut self, ev: &Event) {
-        let _ = self.put(ev.borrowed());
+        let _ = self.add(|enc| enc.push_event(ev));
         if let Some(seg) = &mut self.seg {
             seg.live.apply(ev);
         }
@@ -1113,5 +1170,107 @@ pub(crate) fn run(tick: Duration) {
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use heaptag_format::Event;
+
+    /// Events of every ring kind with values of every width.
+    fn events(n: u64) -> std::vec::Vec<Event> {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x >> (x % 64)
+        };
+        (0..n)
+            .map(|i| match i % 8 {
+                0 => Event::Alloc {
+                    time_ns: next(),
+                    thread: next() as u32,
+                    tag: next() as u32,
+                    stack: next() as u32,
+                    addr: next(),
+                    size: next(),
+                },
+                1 => Event::Free {
+                    time_ns: next(),
+                    thread: next() as u32,
+                    addr: next(),
+                    size: next(),
+                },
+                2 => Event::ReallocBegin {
+                    time_ns: next(),
+                    thread: next() as u32,
+                    addr: next(),
+                },
+                3 => Event::Realloc {
+                    time_ns: next(),
+                    thread: next() as u32,
+                    tag: next() as u32,
+                    old_addr: next(),
+                    old_size: next(),
+                    addr: next(),
+                    size: next(),
+                },
+                4 => Event::SampleAlloc {
+                    time_ns: next(),
+                    thread: next() as u32,
+                    tag: next() as u32,
+                    stack: next() as u32,
+                    addr: next(),
+                    size: next(),
+                    weight: next(),
+                },
+                5 => Event::SampleFree {
+                    time_ns: next(),
+                    thread: next() as u32,
+                    addr: next(),
+                    size: next(),
+                },
+                6 => Event::Native { addr: next() },
+                _ => Event::Fingerprint {
+                    time_ns: next(),
+                    addr: next(),
+                    size: next(),
+                    hash: next(),
+                    meta: heaptag_format::FpMeta {
+                        fill: heaptag_format::Fill::Constant(next() as u8),
+                        full: true,
+                        when: heaptag_format::FpWhen::Mark,
+                    },
+                },
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_writers_buffer_frames_events_as_a_vec_frames_their_records() {
+        // The writer's path (IBuf, push_event, put_chunk, frame copy)
+        // against the generic one (Vec<u8>, push of the borrowed record).
+        let evs = events(100_000);
+        let mut fast = FrameEncoder::new(IBuf::new(), 1);
+        let mut plain = FrameEncoder::new(std::vec::Vec::new(), 1);
+        let (mut a, mut b) = (IBuf::new(), std::vec::Vec::new());
+        for (i, ev) in evs.iter().enumerate() {
+            assert!(fast.push_event(ev));
+            assert!(plain.push(ev.borrowed()));
+            if i % 3000 == 2999 {
+                assert!(fast.finish(&mut a));
+                assert!(plain.finish(&mut b));
+            }
+        }
+        assert!(fast.finish(&mut a));
+        assert!(plain.finish(&mut b));
+        assert_eq!(a.as_bytes(), &b[..]);
+        // Inserting (the trait's rare path) keeps the bytes in order.
+        let mut buf = IBuf::new();
+        buf.put(b"abef");
+        buf.insert(2, b"cd");
+        assert_eq!(buf.as_bytes(), b"abcdef");
     }
 }
