@@ -329,9 +329,12 @@ fn twin_log(path: &Path, settings: impl FnOnce(&mut LogSettings)) {
     b.write(path);
 }
 
+/// A log's label, path and the settings its header gets.
+type HeaderCase = (&'static str, PathBuf, fn(&mut LogSettings));
+
 #[test]
 fn content_hashes_match_only_under_the_same_fingerprint_hash() {
-    let logs: Vec<(&str, PathBuf, fn(&mut LogSettings))> = vec![
+    let logs: Vec<HeaderCase> = vec![
         // heaptag 0.2.0's header: no sampled-hash field (four-lane).
         ("sampled, four-lane", common::temp("diff-fp-old"), |s| {
             s.sampled_hash = FpHash::FourLane

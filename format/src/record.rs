@@ -743,7 +743,7 @@ mod tests {
                 hash: r.next(),
                 meta: FpMeta {
                     fill: [Fill::Mixed, Fill::Zero, Fill::Constant(r.next() as u8)][(r.next() % 3) as usize],
-                    full: r.next() % 2 == 0,
+                    full: r.next().is_multiple_of(2),
                     when: [FpWhen::Free, FpWhen::Mark, FpWhen::Finish][(r.next() % 3) as usize],
                 },
             },
