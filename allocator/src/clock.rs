@@ -4,11 +4,11 @@
 //! marks, the header's start), is `CLOCK_MONOTONIC` on one time line. It
 //! comes from one of two sources:
 //!
-//! - `clock_gettime(CLOCK_MONOTONIC)` through the vDSO (about 25 ns here):
+//! - `clock_gettime(CLOCK_MONOTONIC)` through the vDSO (about 30 ns here, `examples/clock_cost.rs`):
 //!   always on other targets or clock sources, and before calibration;
 //! - on x86_64, when CPUID reports an invariant TSC and the kernel's clock
 //!   source is `tsc` (the kernel's `CLOCK_MONOTONIC` is then itself a scaled
-//!   TSC), the TSC (`rdtsc`, about 10 ns) converted by
+//!   TSC), the TSC (`rdtsc`, about 14 ns) converted by
 //!   `ns = base_ns + ((tsc - base_tsc) * mult) >> 32`.
 //!
 //! The conversion is calibrated and re-anchored by the log writer thread at
@@ -480,7 +480,8 @@ mod tsc {
     }
 
     /// CPUID: an invariant TSC (leaf 0x8000_0007, EDX bit 8).
-    // `__cpuid` is safe from Rust 1.87 on, unsafe in the MSRV (1.85).
+    // `__cpuid` is a safe function from Rust 1.87 (the MSRV); the blocks
+    // keep their SAFETY notes for the instruction's preconditions.
     #[allow(unused_unsafe)]
     fn invariant_tsc() -> bool {
         use core::arch::x86_64::__cpuid;

@@ -242,7 +242,12 @@ impl<A: GlobalAlloc> Alloc<A> {
     #[cold]
     #[inline(never)]
     unsafe fn dealloc_shared_slot(&self, ptr: *mut u8, layout: Layout) {
-        thread::count_small_free(layout.size() as u64);
+        // An instance without its copy of the mode yet (a block allocated
+        // while start-up ran, or an `Alloc` other than the global one) comes
+        // here when switched off too: nothing is counted then.
+        if self.mode_now() != OFF {
+            thread::count_small_free(layout.size() as u64);
+        }
         // SAFETY: forwarded from our caller unchanged.
         unsafe { self.inner.dealloc(ptr, layout) }
     }
@@ -631,14 +636,17 @@ fn record(addr: usize, size: usize, tag_id: u32, thread: u32, birth: Option<Entr
     // `tracked_blocks()`: the coarse clock is enough there (and ~18 ns
     // cheaper per tracked allocation), and a sampled block, which nothing
     // but the log shows with a time, needs none; events need the precise one.
-    let now = match (logging, birth) {
+    // A sampled block born without the log has no time (0): grown into a
+    // tracked one by realloc, it takes the time of the realloc.
+    let inherits = birth.filter(|b| b.tracked || b.time_ns != 0 || !tracked);
+    let now = match (logging, inherits) {
         (true, _) => clock::now_ns(),
         (false, None) if tracked => clock::coarse_ns(),
         (false, _) => 0,
     };
     let entry = Entry {
         size: size as u64,
-        time_ns: birth.map_or(now, |b| b.time_ns),
+        time_ns: inherits.map_or(now, |b| b.time_ns),
         tag: tag_id,
         thread,
         stack: match birth {

@@ -577,7 +577,7 @@ pub fn render(d: &Diff, f: Format, out: &mut dyn Write) -> io::Result<()> {
     t.write(f, out)?;
 
     heading(f, out, 2, "Per duplicated content, largest change first")?;
-    if !d.content_hashes.comparable {
+    if !d.content_hashes.comparable && !d.contents.is_empty() {
         line(
             out,
             format!(

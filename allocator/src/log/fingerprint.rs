@@ -63,9 +63,9 @@ unsafe fn load(p: *const u8) -> u64 {
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
         // SAFETY: the caller guarantees 8 readable bytes at `p`.
-        unsafe { std::ptr::read_volatile(p.cast::<[u8; 8]>()) }
-            .into_iter()
-            .fold(0u64, |a, b| a << 8 | u64::from(b))
+        // Native byte order, as the asm loads: the hashes read the words as
+        // little-endian XXH3 input on little-endian targets.
+        u64::from_ne_bytes(unsafe { std::ptr::read_volatile(p.cast::<[u8; 8]>()) })
     }
 }
 

@@ -172,10 +172,12 @@ pub(crate) fn wants_fingerprint(size: u64) -> bool {
 /// `addr..addr+size` must be a live allocation that is not freed during the
 /// call (its table shard is held, or the caller is the one freeing it).
 pub(crate) unsafe fn emit_fingerprint(addr: usize, size: u64, when: FpWhen) -> u64 {
-    let time_ns = crate::clock::now_ns();
     let full = FP_FULL.load(Ordering::Relaxed);
     // SAFETY: the caller's guarantee.
     let fp = unsafe { fingerprint::fingerprint(addr as *const u8, size as usize, full) };
+    // Read after the hash: a full one of a GiB block takes ~50 ms, and the
+    // Free that reuses this time must not be dated before it.
+    let time_ns = crate::clock::now_ns();
     emit(Event::Fingerprint {
         time_ns,
         addr: addr as u64,

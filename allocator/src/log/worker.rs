@@ -718,6 +718,9 @@ impl Writer {
             if !full {
                 break;
             }
+            // A long drain (the ring refilling as fast as it empties) must
+            // not let the TSC conversion go stale (`clock.rs`).
+            clock::anchor();
         }
         let side = super::take_side();
         if !side.is_empty() {
