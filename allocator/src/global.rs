@@ -19,11 +19,11 @@
 //! one table insert or remove (tracked and sampled blocks only).
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::sync::atomic::{fence, AtomicU8, Ordering};
+use std::sync::atomic::Ordering;
 
 use tikv_jemallocator::Jemalloc;
 
-use crate::config::{Settings, HOT, OFF, ON, UNINIT};
+use crate::config::{Settings, HOT, OFF, ON};
 use crate::health::{ALLOC_FAILURES, UNTRACKED_FREES};
 use crate::log::ring::Event;
 use crate::table::{self, Entry};
@@ -46,17 +46,6 @@ use heaptag_format::FpWhen;
 pub struct Alloc<A = Jemalloc> {
     inner: A,
     settings: Settings,
-    /// This instance's copy of the process-wide mode (`HOT.mode`) once it
-    /// is final (`ON` or `OFF`; `UNINIT` until this instance's first
-    /// allocation after start-up), for the entry points' test: `alloc` and
-    /// `dealloc` get `&self` pointing at the user's `static`, which lives in
-    /// the user's crate, so the test is one compare of a byte at a fixed
-    /// offset from the instruction (`cmp byte ptr [rip + GLOBAL+k]`), where
-    /// `HOT`, a static of this crate, costs a load of its address from the
-    /// GOT first (under PIC rustc does not let the linker relax that load):
-    /// one instruction fewer per call and no dependent load, the whole of
-    /// what `HEAPTAG=off` adds at each end but a compare and a branch.
-    mode: AtomicU8,
 }
 
 impl Alloc<Jemalloc> {
@@ -78,7 +67,6 @@ impl<A> Alloc<A> {
         Alloc {
             inner,
             settings: Settings::DEFAULT,
-            mode: AtomicU8::new(UNINIT),
         }
     }
 
@@ -114,8 +102,7 @@ impl<A> Alloc<A> {
 
 impl<A: GlobalAlloc> Alloc<A> {
     /// `alloc` (`ZEROED = false`) or `alloc_zeroed` (`true`): when switched
-    /// off, a compare with memory, a branch and a jump to the inner
-    /// allocator (`switched_off`); otherwise a
+    /// off, a load, a branch and a jump to the inner allocator; otherwise a
     /// jump to `alloc_counted`. ZEROED is a compile-time choice: two copies,
     /// no branch per call.
     ///
@@ -123,7 +110,10 @@ impl<A: GlobalAlloc> Alloc<A> {
     /// As `GlobalAlloc::alloc`.
     #[inline(always)]
     unsafe fn alloc_any<const ZEROED: bool>(&self, layout: Layout) -> *mut u8 {
-        if self.switched_off() {
+        // Acquire: pairs with the Release in `start::tracking`, so the settings
+        // are visible once ON is seen. A plain load on x86.
+        let mode = HOT.mode.load(Ordering::Acquire);
+        if mode == OFF {
             // SAFETY: forwarded from our caller unchanged.
             return unsafe { self.inner_alloc::<ZEROED>(layout) };
         }
@@ -131,9 +121,9 @@ impl<A: GlobalAlloc> Alloc<A> {
         // computed from the same layout.
         unsafe {
             if plain_align(layout) {
-                Self::alloc_counted::<ZEROED, true>(layout.size(), layout.align(), self)
+                Self::alloc_counted::<ZEROED, true>(layout.size(), layout.align(), mode, self)
             } else {
-                Self::alloc_counted::<ZEROED, false>(layout.size(), layout.align(), self)
+                Self::alloc_counted::<ZEROED, false>(layout.size(), layout.align(), mode, self)
             }
         }
     }
@@ -150,15 +140,16 @@ impl<A: GlobalAlloc> Alloc<A> {
     /// arguments, and `self` last, so the jump here moves no register.
     /// `PLAIN`: [`plain_align`] holds for the layout (the caller tested it).
     #[inline(never)]
-    unsafe fn alloc_counted<const ZEROED: bool, const PLAIN: bool>(size: usize, align: usize, this: &Self) -> *mut u8 {
+    unsafe fn alloc_counted<const ZEROED: bool, const PLAIN: bool>(
+        size: usize,
+        align: usize,
+        mode: u8,
+        this: &Self,
+    ) -> *mut u8 {
         // SAFETY: `size` and `align` came from a valid `Layout`; with PLAIN
         // the caller found `plain_align` true of them.
         let layout = unsafe { counted_layout::<PLAIN>(size, align) };
-        // Acquire: pairs with the Release store of the instance's copy
-        // (`cache_mode`), made after an Acquire load of `HOT.mode` saw it
-        // final, which pairs with the Release in `start::tracking`: the
-        // settings are visible once ON is seen. A plain load on x86.
-        if this.mode.load(Ordering::Acquire) != ON {
+        if mode != ON {
             // SAFETY: forwarded from our caller unchanged.
             return unsafe { this.alloc_uninit::<ZEROED>(layout) };
         }
@@ -242,12 +233,7 @@ impl<A: GlobalAlloc> Alloc<A> {
     #[cold]
     #[inline(never)]
     unsafe fn dealloc_shared_slot(&self, ptr: *mut u8, layout: Layout) {
-        // An instance without its copy of the mode yet (a block allocated
-        // while start-up ran, or an `Alloc` other than the global one) comes
-        // here when switched off too: nothing is counted then.
-        if self.mode_now() != OFF {
-            thread::count_small_free(layout.size() as u64);
-        }
+        thread::count_small_free(layout.size() as u64);
         // SAFETY: forwarded from our caller unchanged.
         unsafe { self.inner.dealloc(ptr, layout) }
     }
@@ -259,9 +245,7 @@ impl<A: GlobalAlloc> Alloc<A> {
     #[cold]
     #[inline(never)]
     fn on_alloc_uninit(&self, p: *mut u8, size: usize) {
-        let mode = start::tracking(&self.settings);
-        self.cache_mode(mode);
-        match mode {
+        match start::tracking(&self.settings) {
             ON => on_alloc(p, size),
             OFF => {}
             _ if p.is_null() => {
@@ -269,69 +253,6 @@ impl<A: GlobalAlloc> Alloc<A> {
             }
             _ => thread::count_alloc(size as u64),
         }
-    }
-
-    /// Whether this instance's copy of the mode reads `OFF` (switched off
-    /// for the life of the process): the test at the top of `alloc` and
-    /// `dealloc`, inlined into every caller. A relaxed load; callers that go
-    /// on to the counted paths order it with an Acquire (see `dealloc`).
-    ///
-    /// On x86-64 it is one compare of the byte in memory with `OFF` and a
-    /// jump (inline assembly, `asm goto`; switched off falls through to
-    /// the inner allocator's call or jump): rustc does not fold an atomic
-    /// load into the compare (`movzx`, `cmp`, `jne`: three instructions),
-    /// and switched off these are all heaptag adds to jemalloc's call.
-    /// Where the caller's loop keeps `&GLOBAL` in a register (its inlined
-    /// counted paths take it), the compare addresses the byte from there.
-    #[inline(always)]
-    fn switched_off(&self) -> bool {
-        #[cfg(target_arch = "x86_64")]
-        {
-            // SAFETY: reads the one byte of `self.mode` (valid, aligned, an
-            // `AtomicU8`'s storage) and sets flags; no other effect. An
-            // aligned byte load is single-copy atomic on x86-64, so it is
-            // the relaxed atomic load of the other targets' branch, which
-            // may race with `cache_mode`'s store (the asm block's effects
-            // are those of a Rust relaxed load: no data race).
-            unsafe {
-                std::arch::asm!(
-                    "cmp byte ptr [{mode}], {off}",
-                    "jne {no}",
-                    mode = in(reg) self.mode.as_ptr(),
-                    off = const OFF,
-                    no = label { return false; },
-                    options(readonly, nostack),
-                );
-            }
-            true
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            // Relaxed: see above.
-            self.mode.load(Ordering::Relaxed) == OFF
-        }
-    }
-
-    /// Keeps `mode` as this instance's copy (`Alloc::mode`) when it is final.
-    fn cache_mode(&self, mode: u8) {
-        if mode == ON || mode == OFF {
-            // Release: pairs with the entry points' Acquire loads; `mode`
-            // came from an Acquire load of `HOT.mode` (in `start::tracking`)
-            // or from the start-up that published it, so whoever sees this
-            // copy sees the settings too.
-            self.mode.store(mode, Ordering::Release);
-        }
-    }
-
-    /// The process-wide mode, kept as this instance's copy when final (a
-    /// realloc before this instance's first allocation after start-up).
-    #[cold]
-    #[inline(never)]
-    fn mode_now(&self) -> u8 {
-        // Acquire: pairs with the Release in `start::tracking`.
-        let mode = HOT.mode.load(Ordering::Acquire);
-        self.cache_mode(mode);
-        mode
     }
 
     /// Frees a block that has (or should have) a record: the record goes
@@ -381,18 +302,11 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // Before this instance has its copy of the mode (`UNINIT`: blocks
-        // allocated while start-up ran), the counted path counts the free,
-        // as it does while start-up runs.
-        if self.switched_off() {
+        // Acquire: as in `alloc_any`.
+        if HOT.mode.load(Ordering::Acquire) == OFF {
             // SAFETY: forwarded from our caller unchanged.
             return unsafe { self.inner.dealloc(ptr, layout) };
         }
-        // Acquire: with the load in `switched_off`, pairs with the Release
-        // store of the instance's copy of the mode (see `alloc_counted`), so
-        // the counted path sees the settings once the copy reads ON. No
-        // instruction on x86.
-        fence(Ordering::Acquire);
         // SAFETY: forwarded from our caller unchanged; `plain_align` is
         // computed from the same layout.
         unsafe {
@@ -406,10 +320,8 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Alloc<A> {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // Acquire: as in `alloc_any`; without a final copy yet, the
-        // process-wide mode decides (`mode_now`).
-        let mode = self.mode.load(Ordering::Acquire);
-        if mode != ON && (mode == OFF || self.mode_now() != ON) {
+        // Acquire: as in `alloc_any`.
+        if HOT.mode.load(Ordering::Acquire) != ON {
             // SAFETY: forwarded from our caller unchanged.
             let new = unsafe { self.inner.realloc(ptr, layout, new_size) };
             return realloc_untracked(new, layout.size(), new_size);
@@ -634,19 +546,15 @@ fn record(addr: usize, size: usize, tag_id: u32, thread: u32, birth: Option<Entr
     let logging = log::on();
     // Without the log the time is only the block's birth time for
     // `tracked_blocks()`: the coarse clock is enough there (and ~18 ns
-    // cheaper per tracked allocation), and a sampled block, which nothing
-    // but the log shows with a time, needs none; events need the precise one.
-    // A sampled block born without the log has no time (0): grown into a
-    // tracked one by realloc, it takes the time of the realloc.
-    let inherits = birth.filter(|b| b.tracked || b.time_ns != 0 || !tracked);
-    let now = match (logging, inherits) {
+    // cheaper per tracked allocation); events need the precise one.
+    let now = match (logging, birth) {
         (true, _) => clock::now_ns(),
-        (false, None) if tracked => clock::coarse_ns(),
-        (false, _) => 0,
+        (false, None) => clock::coarse_ns(),
+        (false, Some(_)) => 0,
     };
     let entry = Entry {
         size: size as u64,
-        time_ns: inherits.map_or(now, |b| b.time_ns),
+        time_ns: birth.map_or(now, |b| b.time_ns),
         tag: tag_id,
         thread,
         stack: match birth {
@@ -665,7 +573,7 @@ fn record(addr: usize, size: usize, tag_id: u32, thread: u32, birth: Option<Entr
         thread::count_pair(tag_id, Some(Pair::TrackedAlloc), entry.size);
         t.tracked_add(entry.size);
     } else {
-        t.sampled_add(&thread::weight(size as u64));
+        t.sampled_add(&sampling::weight(size));
     }
     if logging && event {
         log::emit_enter(addr, &entry, now);

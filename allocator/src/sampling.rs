@@ -92,68 +92,9 @@ pub(crate) fn next_gap(rng: &mut u64, rate: u64) -> i64 {
         return i64::MAX;
     }
     let u = ((splitmix64(rng) >> 11) + 1) as f64 * (1.0 / (1u64 << 53) as f64); // (0, 1]
-                                                                                // -ln(u) is exponential of mean 1 for u uniform on (0, 1]. `ln_fast`, not
-                                                                                // libm's `ln`: this runs once per sample point, on a path cold enough
-                                                                                // that the call into libm (through the PLT) cost ~20 ns of the ~190 ns
-                                                                                // of a sampled pair.
-    let gap = -ln_fast(u) * rate as f64;
+    let gap = -(u.ln()) * rate as f64;
     // Saturating float-to-int cast; at least 1 byte.
     (gap as i64).max(1)
-}
-
-/// Bits of the mantissa that pick a row of [`LN_TABLE`].
-const LN_TABLE_BITS: u32 = 7;
-
-/// For each of the 128 equal parts `[1 + i/128, 1 + (i+1)/128)` of `[1, 2)`,
-/// its centre `c` as `(1 / c, ln c)`; computed at compile time by
-/// [`ln_series`].
-static LN_TABLE: [(f64, f64); 1 << LN_TABLE_BITS] = {
-    let mut t = [(0.0, 0.0); 1 << LN_TABLE_BITS];
-    let mut i = 0;
-    while i < t.len() {
-        let c = 1.0 + (i as f64 + 0.5) / (1 << LN_TABLE_BITS) as f64;
-        t[i] = (1.0 / c, ln_series(c));
-        i += 1;
-    }
-    t
-};
-
-/// `ln x` for `x` in `[1, 2)` by the series `2 atanh((x-1)/(x+1))` (its
-/// terms fall by at least 9x each, so 40 reach f64's precision), for the
-/// table at compile time.
-const fn ln_series(x: f64) -> f64 {
-    let s = (x - 1.0) / (x + 1.0);
-    let s2 = s * s;
-    let mut term = s;
-    let mut sum = 0.0;
-    let mut k = 0;
-    while k < 40 {
-        sum += term / (2 * k + 1) as f64;
-        term *= s2;
-        k += 1;
-    }
-    2.0 * sum
-}
-
-/// The natural logarithm of a positive normal `x` (the generator's `u` in
-/// `(0, 1]` is one: at least 2^-53), within `1e-15 + 4 ulp` of libm's
-/// (`ln_fast_matches_libm` checks it over the whole range used; a gap of
-/// 512 KiB is off by less than a millionth of a byte). `x = 2^e m` with `m` in `[1, 2)`; the top 7 bits of `m` pick a
-/// centre `c` of [`LN_TABLE`], and `ln x = e ln 2 + ln c + ln(1 + r)` with
-/// `r = m / c - 1`, `|r| <= 1/256`, whose series to `r^5` leaves less than
-/// `r^6 / 6 < 1e-15`. One table row, one multiply for `r` and five for the
-/// polynomial, inline: no call, no division.
-#[inline]
-fn ln_fast(x: f64) -> f64 {
-    let bits = x.to_bits();
-    let e = ((bits >> 52) & 0x7ff) as i64 - 1023;
-    let m = f64::from_bits((bits & ((1u64 << 52) - 1)) | (1023u64 << 52));
-    let i = ((bits >> (52 - LN_TABLE_BITS)) & ((1 << LN_TABLE_BITS) - 1)) as usize;
-    let (inv_c, ln_c) = LN_TABLE[i];
-    let r = m * inv_c - 1.0;
-    // ln(1 + r) = r - r^2/2 + r^3/3 - r^4/4 + r^5/5 (Horner).
-    let p = r * (1.0 + r * (-0.5 + r * (1.0 / 3.0 + r * (-0.25 + r * 0.2))));
-    e as f64 * std::f64::consts::LN_2 + ln_c + p
 }
 
 /// The seed of a thread's sample-point generator: the run's salt
@@ -222,29 +163,18 @@ fn probability(size: u64, rate: u64) -> f64 {
     -(-(size as f64) / rate as f64).exp_m1()
 }
 
-/// The estimator weights of a sampled block of `size` bytes
-/// (`thread::weight` is the same through the thread's cache, for the
-/// allocation and the free of a sampled block).
+/// The estimator weights of a sampled block of `size` bytes.
 pub(crate) fn weight(size: usize) -> Weight {
     let rate = HOT.rate.load(Ordering::Relaxed);
     weight_at(size as u64, rate)
 }
 
-/// The weights of a 0-byte block (at any rate), and of any block when
-/// sampling is off, but for `bytes` (the size itself).
-pub(crate) const ZERO_WEIGHT: Weight = Weight {
-    bytes: 0,
-    var: 0,
-    count_fx: 1024,
-};
-
-/// The estimator weights of a sampled block of `size` bytes at sampling
-/// rate `rate` (the computation; [`weight`] caches it).
-pub(crate) fn weight_at(size: u64, rate: u64) -> Weight {
+fn weight_at(size: u64, rate: u64) -> Weight {
     if rate == 0 || size == 0 {
         return Weight {
             bytes: size,
-            ..ZERO_WEIGHT
+            var: 0,
+            count_fx: 1024,
         };
     }
     let p = probability(size, rate).max(f64::MIN_POSITIVE);
@@ -342,91 +272,6 @@ mod tests {
         let above = gaps.iter().filter(|&&g| g > rate as f64).count() as f64 / n as f64;
         assert!((above - (-1.0f64).exp()).abs() < 0.01, "{above}");
         assert_eq!(next_gap(&mut rng, 0), i64::MAX, "rate 0: never");
-    }
-
-    #[test]
-    fn weight_cache_returns_the_computed_weights() {
-        // Repeats, alternations and a rate change, in a thread of its own
-        // (fresh cache): every weight equals the computation's.
-        std::thread::spawn(|| {
-            let r = 512 * 1024;
-            for (size, rate) in [
-                (0, r),
-                (16, r),
-                (16, r),
-                (4096, r),
-                (16, r),
-                (4096, 1 << 20),
-                (4096, r),
-                (0, 0),
-                (9, 0),
-                (9, r),
-            ] {
-                assert_eq!(
-                    crate::thread::weight_with(size, rate),
-                    weight_at(size, rate),
-                    "size {size}, rate {rate}"
-                );
-            }
-        })
-        .join()
-        .unwrap();
-    }
-
-    #[test]
-    fn ln_fast_matches_libm() {
-        // Every u the generator can give is (k + 1) / 2^53, k < 2^53: check
-        // the ends, every power of two between, the neighbours of each table
-        // boundary, and a million values from a fixed seed, against libm.
-        let mut xs: Vec<f64> = vec![1.0, 1.0 - f64::EPSILON / 2.0, 1.0 / (1u64 << 53) as f64];
-        for e in 0..=53 {
-            let p = 1.0 / (1u64 << e) as f64;
-            xs.push(p);
-            for i in 0..=(1 << LN_TABLE_BITS) {
-                let b = p * (1.0 + i as f64 / (1 << LN_TABLE_BITS) as f64);
-                xs.extend([b, f64::from_bits(b.to_bits() - 1), f64::from_bits(b.to_bits() + 1)]);
-            }
-        }
-        let mut rng = 42u64;
-        for _ in 0..1_000_000 {
-            xs.push(((splitmix64(&mut rng) >> 11) + 1) as f64 * (1.0 / (1u64 << 53) as f64));
-        }
-        let mut worst = 0.0f64;
-        for &x in xs.iter().filter(|&&x| x > 0.0 && x <= 1.0) {
-            let err = (ln_fast(x) - x.ln()).abs();
-            let bound = 1e-15 + 4.0 * f64::EPSILON * x.ln().abs();
-            assert!(err <= bound, "ln_fast({x:e}) = {}, libm {}", ln_fast(x), x.ln());
-            worst = worst.max(err / bound);
-        }
-        assert!(worst > 0.0, "the comparison ran");
-        assert!(ln_fast(1.0).abs() < 1e-15, "u = 1 gives a gap of (at least) 1 byte");
-    }
-
-    #[test]
-    fn gaps_follow_the_exponential_distribution() {
-        // The draw with `ln_fast` against the same draw with libm's `ln`, from
-        // one fixed seed: the same gap to within one byte every time.
-        let rate = 1u64 << 19;
-        let (mut a, mut b) = (thread_seed(3), thread_seed(3));
-        let n = 400_000;
-        let mut gaps = Vec::with_capacity(n);
-        for _ in 0..n {
-            let g = next_gap(&mut a, rate);
-            let u = ((splitmix64(&mut b) >> 11) + 1) as f64 * (1.0 / (1u64 << 53) as f64);
-            let libm = ((-(u.ln()) * rate as f64) as i64).max(1);
-            assert!((g - libm).abs() <= 1, "gap {g}, libm's {libm}");
-            gaps.push(g as f64 / rate as f64);
-        }
-        // The distribution: P(gap > k R) = exp(-k), each within 5 sd of a
-        // binomial proportion; and the mean within 5 sd of R.
-        for k in [0.01, 0.1, 0.5, 1.0, 2.0, 4.0, 8.0] {
-            let p = f64::exp(-k);
-            let above = gaps.iter().filter(|&&g| g > k).count() as f64 / n as f64;
-            let sd = (p * (1.0 - p) / n as f64).sqrt();
-            assert!((above - p).abs() < 5.0 * sd, "P(gap > {k} R) = {above}, expected {p}");
-        }
-        let mean = gaps.iter().sum::<f64>() / n as f64;
-        assert!((mean - 1.0).abs() < 5.0 / (n as f64).sqrt(), "mean {mean} R");
     }
 
     #[test]

@@ -536,7 +536,7 @@ impl TagEntry {
             self.tracked_sub(e.size);
         } else {
             thread::count_small_free(size);
-            let w = thread::weight(e.size);
+            let w = crate::sampling::weight(e.size as usize);
             if native {
                 self.native_small.fetch_sub(w.bytes, Ordering::Relaxed);
             }

@@ -24,7 +24,6 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use crate::health::THREADS_SEEN;
 use crate::internal::{free_leaked, leak_zeroed};
-use crate::sampling::{weight_at, Weight, ZERO_WEIGHT};
 
 /// Number of thread slots; beyond this many live threads, the shared slot.
 pub const MAX_THREAD_SLOTS: usize = 1024;
@@ -283,12 +282,6 @@ struct ThreadState {
     /// heaptag's own thread (the log writer, `finish()`): its blocks are
     /// never recorded, sampled or logged.
     internal: Cell<bool>,
-    /// The (size, rate) of the last sampled block's weights computed on
-    /// this thread, and those weights ([`weight`]): a sampled block's
-    /// allocation and its free both need them, and a loop samples one size
-    /// over and over.
-    weight_key: Cell<(u64, u64)>,
-    weight: Cell<Weight>,
 }
 
 thread_local! {
@@ -305,9 +298,6 @@ thread_local! {
             counter: Cell::new(ptr::null()),
             phase: Cell::new(NEW),
             internal: Cell::new(false),
-            // The weights of a 0-byte block, whatever the rate.
-            weight_key: Cell::new((0, 0)),
-            weight: Cell::new(ZERO_WEIGHT),
         }
     };
     // Gives the slot back when the thread exits.
@@ -404,33 +394,6 @@ pub(crate) fn count_alloc_sampled_slow(addr: usize, size: u64) -> bool {
     }
     // The countdown was already charged when the thread had a counter.
     sample_inner(addr, size, !own)
-}
-
-/// The estimator weights of a sampled block of `size` bytes
-/// (`sampling::weight`), from the thread's one-entry cache when the last
-/// block it weighed had the same size (and rate). The weights are a pure
-/// function of (size, rate), so a hit returns exactly what the computation
-/// would (`weight_cache_returns_the_computed_weights`): the allocation and
-/// the free of a block add and subtract the same figures, whichever threads
-/// they run on. Saves a sampled pair an `exp_m1` and a division at each end
-/// when its size repeats.
-pub(crate) fn weight(size: u64) -> Weight {
-    weight_with(size, crate::config::HOT.rate.load(Ordering::Relaxed))
-}
-
-/// [`weight`] at sampling rate `rate`.
-pub(crate) fn weight_with(size: u64, rate: u64) -> Weight {
-    STATE
-        .try_with(|s| {
-            if s.weight_key.get() == (size, rate) {
-                return s.weight.get();
-            }
-            let w = weight_at(size, rate);
-            s.weight_key.set((size, rate));
-            s.weight.set(w);
-            w
-        })
-        .unwrap_or_else(|_| weight_at(size, rate))
 }
 
 /// Whether a new block of `size` bytes at `addr` is sampled, without
