@@ -1,7 +1,7 @@
-//! A small block sampled without the log has no birth time of its own; grown
-//! past the threshold by realloc it becomes a tracked block, and
-//! `tracked_blocks()` must give it the realloc's time, not 0 ("allocated at
-//! start-up"). Every small block is sampled here (`sample_rate(1)`).
+//! A small block sampled without the log, grown past the threshold by
+//! realloc, becomes a tracked block that keeps the small block's birth time:
+//! `tracked_blocks()` must show that time, not 0 ("allocated at start-up").
+//! Every small block is sampled here (`sample_rate(1)`).
 
 use std::hint::black_box;
 
@@ -10,11 +10,11 @@ static GLOBAL: heaptag::Alloc = heaptag::Alloc::new().sample_rate(1);
 
 #[test]
 fn a_sampled_block_grown_into_a_tracked_one_gets_the_realloc_time() {
+    // The coarse clock moves at each timer tick (1-10 ms): after this a
+    // birth time is past heaptag's start, whatever the load.
+    std::thread::sleep(std::time::Duration::from_millis(50));
     let mut v: Vec<u8> = Vec::with_capacity(1000);
     v.push(1);
-    // The coarse clock moves at each timer tick (1-10 ms): after this the
-    // realloc's time is past heaptag's start, whatever the load.
-    std::thread::sleep(std::time::Duration::from_millis(50));
     v.reserve_exact(4 << 20);
     let addr = black_box(v.as_ptr()) as usize;
     let b = heaptag::tracked_blocks()
