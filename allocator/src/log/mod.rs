@@ -470,8 +470,8 @@ impl LogConfig {
     }
 
     /// Hash whole blocks instead of 64 sampled 64-byte pieces: exact, and
-    /// slow for GiB buffers (about 0.17 s per GiB on the reference machine,
-    /// at each free and each mark; see docs/PERFORMANCE.md).
+    /// costly for GiB buffers (about 0.04 s of CPU per GiB with AVX2 on the
+    /// reference machine, at each free and each mark; see docs/PERFORMANCE.md).
     pub fn fingerprint_full(mut self, yes: bool) -> Self {
         self.fingerprint_full = yes;
         self
