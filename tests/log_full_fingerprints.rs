@@ -7,7 +7,7 @@ mod common;
 
 use std::hint::black_box;
 
-use heaptag_format::{Fill, FpWhen, Record};
+use heaptag_format::Fill;
 
 #[global_allocator]
 static GLOBAL: heaptag::Alloc = heaptag::Alloc::new();
@@ -56,19 +56,7 @@ fn freed_blocks_carry_xxh3_of_their_bytes() {
     assert!(reader.problems().is_empty(), "{:?}", reader.problems());
     assert!(reader.header().settings.fingerprint_full, "the header says full (XXH3)");
     for (addr, size, hash, fill) in want {
-        let got: Vec<_> = recs
-            .iter()
-            .filter_map(|r| match r {
-                Record::Fingerprint {
-                    addr: a,
-                    size: s,
-                    hash,
-                    meta,
-                    ..
-                } if *a == addr && *s == size && meta.when == FpWhen::Free => Some((*hash, *meta)),
-                _ => None,
-            })
-            .collect();
+        let got = common::free_fingerprints(&recs, addr, size);
         assert_eq!(
             got.len(),
             1,

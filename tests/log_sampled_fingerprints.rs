@@ -8,7 +8,7 @@ mod common;
 
 use std::hint::black_box;
 
-use heaptag_format::{Fill, FpHash, FpWhen, Record};
+use heaptag_format::{Fill, FpHash};
 
 #[global_allocator]
 static GLOBAL: heaptag::Alloc = heaptag::Alloc::new();
@@ -81,19 +81,7 @@ fn freed_blocks_carry_seeded_xxh3_of_their_pieces() {
     assert!(!settings.fingerprint_full, "sampled");
     assert_eq!(settings.sampled_hash, FpHash::Xxh3, "the header says XXH3");
     for (addr, size, hash, fill) in want {
-        let got: Vec<_> = recs
-            .iter()
-            .filter_map(|r| match r {
-                Record::Fingerprint {
-                    addr: a,
-                    size: s,
-                    hash,
-                    meta,
-                    ..
-                } if *a == addr && *s == size && meta.when == FpWhen::Free => Some((*hash, *meta)),
-                _ => None,
-            })
-            .collect();
+        let got = common::free_fingerprints(&recs, addr, size);
         assert_eq!(
             got.len(),
             1,

@@ -14,6 +14,23 @@ pub fn temp_log(name: &str) -> PathBuf {
     p
 }
 
+/// The hash and meta of every fingerprint taken at the free of the block of
+/// `size` bytes at `addr`, in `recs`.
+pub fn free_fingerprints(recs: &[Record], addr: u64, size: u64) -> Vec<(u64, heaptag_format::FpMeta)> {
+    recs.iter()
+        .filter_map(|r| match r {
+            Record::Fingerprint {
+                addr: a,
+                size: s,
+                hash,
+                meta,
+                ..
+            } if *a == addr && *s == size && meta.when == heaptag_format::FpWhen::Free => Some((*hash, *meta)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Every record of the log at `path`, and the reader (for problems, end).
 pub fn read_all(path: &std::path::Path) -> (Vec<Record>, LogReader<std::fs::File>) {
     let mut r = LogReader::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
