@@ -389,8 +389,9 @@ mod avx2 {
     /// block over 256 KiB lie on 64 different pages; their loads are
     /// independent, but the stripe loop reaches them in order, so out of
     /// cache the 64 misses (and page walks) would overlap only as far as the
-    /// out-of-order window reaches. Prefetching lets them all be in flight
-    /// at once.
+    /// out-of-order window reaches. Prefetching 8 ahead keeps about that
+    /// many misses in flight; all 64 at once is no faster than none (the
+    /// line-fill buffers fill), docs/PERFORMANCE.md has the figures.
     const PREFETCH_AHEAD: usize = 8;
 
     /// Prefetches (to L1) both cache lines of the 64-byte piece at `p` (the
