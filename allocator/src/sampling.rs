@@ -21,7 +21,10 @@
 //! (one load, in a line the heap's own locality keeps warm: one byte per
 //! 256 B of heap); a non-zero counter sends it to the table, which has the
 //! last word (a granule shared with a live sample, or an address 1 GiB
-//! away, costs that free a lookup and nothing else).
+//! away, costs that free a lookup and nothing else). The table picks a
+//! block's shard from its granule ([`granule_index`]), so each counter is
+//! only ever written under one shard lock: a plain load and store, not a
+//! compare-and-swap loop.
 //!
 //! Threads without thread-local state (being torn down) fall back to the
 //! address-keyed coin ([`is_sampled`]), also exact in probability.
@@ -30,7 +33,7 @@
 //! `sum(s / p(s))` over its sampled live blocks, which is unbiased; its variance
 //! is estimated by `sum(s^2 (1 - p) / p^2)`.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{fence, AtomicU64, AtomicU8, Ordering};
 
 use crate::config::HOT;
 
@@ -49,10 +52,17 @@ struct Filter([AtomicU8; FILTER_LEN]);
 
 static FILTER: Filter = Filter([const { AtomicU8::new(0) }; FILTER_LEN]);
 
+/// The index of `addr`'s granule in [`FILTER`]: the table chooses shards by
+/// it (`table.rs`), so all the blocks of one counter share one shard lock.
+#[inline(always)]
+pub(crate) fn granule_index(addr: usize) -> usize {
+    (addr >> GRANULE_BITS) & (FILTER_LEN - 1)
+}
+
 #[inline(always)]
 fn granule(addr: usize) -> &'static AtomicU8 {
     // The mask keeps the index in bounds, so the bounds check folds away.
-    &FILTER.0[(addr >> GRANULE_BITS) & (FILTER_LEN - 1)]
+    &FILTER.0[granule_index(addr)]
 }
 
 /// Whether a small block at `addr` may have been sampled (false: surely not).
@@ -64,17 +74,30 @@ pub(crate) fn may_be_sampled(addr: usize) -> bool {
 }
 
 /// A sampled block at `addr` entered the side table.
+///
+/// Called with `addr`'s shard of the table locked (`table::insert`): every
+/// writer of this granule's counter holds that lock, so a plain load and
+/// store cannot lose an update (the filter's readers only load).
+#[inline]
 pub(crate) fn filter_add(addr: usize) {
+    let c = granule(addr);
     // Relaxed: see `may_be_sampled`. At 255 the counter stays (saturated).
-    let _ = granule(addr).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1));
+    let n = c.load(Ordering::Relaxed);
+    if n != u8::MAX {
+        c.store(n + 1, Ordering::Relaxed);
+    }
 }
 
-/// A sampled block at `addr` left the side table.
+/// A sampled block at `addr` left the side table. Called with `addr`'s
+/// shard locked, as [`filter_add`] is.
+#[inline]
 pub(crate) fn filter_remove(addr: usize) {
+    let c = granule(addr);
     // A saturated counter no longer knows how many it stands for: it stays.
-    let _ = granule(addr).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-        (n != 0 && n != u8::MAX).then(|| n - 1)
-    });
+    let n = c.load(Ordering::Relaxed);
+    if n != 0 && n != u8::MAX {
+        c.store(n - 1, Ordering::Relaxed);
+    }
 }
 
 /// Number of granules whose counter is non-zero (tests and overhead reports).
@@ -164,9 +187,104 @@ fn probability(size: u64, rate: u64) -> f64 {
 }
 
 /// The estimator weights of a sampled block of `size` bytes.
+///
+/// Every sampled allocation and its free compute this; a program's sampled
+/// sizes repeat, so the results are memoised in [`MEMO`] (the allocation
+/// and the free of a block get the same value either way: a memoised
+/// weight is the computed one, bit for bit).
 pub(crate) fn weight(size: usize) -> Weight {
     let rate = HOT.rate.load(Ordering::Relaxed);
-    weight_at(size as u64, rate)
+    let size = size as u64;
+    let slot = &MEMO[memo_slot(size)];
+    if let Some(w) = slot.read(size, rate) {
+        return w;
+    }
+    let w = weight_at(size, rate);
+    slot.write(size, rate, &w);
+    w
+}
+
+/// Slots of the weight memo: 512 x 64 bytes (32 KiB of static memory).
+const MEMO_SLOTS: usize = 512;
+
+/// One memoised weight, under a sequence lock: `seq` is odd while a writer
+/// fills the slot. Readers never wait (a busy or torn slot is a miss, and
+/// the caller computes the weight); a writer that finds the slot busy skips
+/// the memo. Word-sized atomics throughout, so a torn read is only ever a
+/// detected miss, never undefined behaviour.
+#[repr(C, align(64))]
+struct MemoSlot {
+    seq: AtomicU64,
+    size: AtomicU64,
+    rate: AtomicU64,
+    bytes: AtomicU64,
+    var: AtomicU64,
+    count_fx: AtomicU64,
+}
+
+static MEMO: [MemoSlot; MEMO_SLOTS] = [const {
+    MemoSlot {
+        seq: AtomicU64::new(0),
+        // Size 0 is never memoised (`weight_at` answers it directly), so an
+        // empty slot matches no lookup.
+        size: AtomicU64::new(0),
+        rate: AtomicU64::new(0),
+        bytes: AtomicU64::new(0),
+        var: AtomicU64::new(0),
+        count_fx: AtomicU64::new(0),
+    }
+}; MEMO_SLOTS];
+
+/// Fibonacci hashing of the size onto the memo's slots (the top 9 bits).
+#[inline]
+fn memo_slot(size: u64) -> usize {
+    (size.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - MEMO_SLOTS.trailing_zeros())) as usize
+}
+
+impl MemoSlot {
+    /// The slot's weight if it holds `size` at `rate` and no writer is in it.
+    #[inline]
+    fn read(&self, size: u64, rate: u64) -> Option<Weight> {
+        let s0 = self.seq.load(Ordering::Acquire);
+        if s0 & 1 != 0 {
+            return None;
+        }
+        let (sz, r) = (self.size.load(Ordering::Relaxed), self.rate.load(Ordering::Relaxed));
+        let w = Weight {
+            bytes: self.bytes.load(Ordering::Relaxed),
+            var: self.var.load(Ordering::Relaxed),
+            count_fx: self.count_fx.load(Ordering::Relaxed),
+        };
+        // Acquire fence: the loads above complete before `seq` is read again,
+        // so an unchanged even `seq` means no writer touched the fields.
+        fence(Ordering::Acquire);
+        (self.seq.load(Ordering::Relaxed) == s0 && sz == size && r == rate && size != 0).then_some(w)
+    }
+
+    /// Stores `w` as the weight of `size` at `rate`, unless another writer
+    /// holds the slot.
+    #[cold]
+    fn write(&self, size: u64, rate: u64, w: &Weight) {
+        let s0 = self.seq.load(Ordering::Relaxed);
+        if s0 & 1 != 0
+            || self
+                .seq
+                .compare_exchange(s0, s0.wrapping_add(1), Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        // The odd `seq` is visible before the fields change: a Release
+        // fence orders the CAS before the stores below for any reader that
+        // sees one of them (and then sees an odd or changed `seq`).
+        fence(Ordering::Release);
+        self.size.store(size, Ordering::Relaxed);
+        self.rate.store(rate, Ordering::Relaxed);
+        self.bytes.store(w.bytes, Ordering::Relaxed);
+        self.var.store(w.var, Ordering::Relaxed);
+        self.count_fx.store(w.count_fx, Ordering::Relaxed);
+        self.seq.store(s0.wrapping_add(2), Ordering::Release);
+    }
 }
 
 fn weight_at(size: u64, rate: u64) -> Weight {
@@ -272,6 +390,51 @@ mod tests {
         let above = gaps.iter().filter(|&&g| g > rate as f64).count() as f64 / n as f64;
         assert!((above - (-1.0f64).exp()).abs() < 0.01, "{above}");
         assert_eq!(next_gap(&mut rng, 0), i64::MAX, "rate 0: never");
+    }
+
+    #[test]
+    fn memoised_weights_are_the_computed_ones() {
+        // Sizes that collide in the memo's slots, and a second rate over
+        // the same sizes: every lookup, hit or miss, is `weight_at` exactly.
+        let mut sizes: Vec<u64> = (1..=4096).chain([1 << 20, 5 << 20, u32::MAX as u64]).collect();
+        let slot0 = memo_slot(48);
+        sizes.extend((1..200_000u64).filter(|&s| memo_slot(s) == slot0).take(8));
+        let rate = HOT.rate.load(Ordering::Relaxed);
+        for round in 0..3 {
+            for &s in &sizes {
+                for r in [rate, 4096, 0] {
+                    let slot = &MEMO[memo_slot(s)];
+                    let w = match slot.read(s, r) {
+                        Some(w) => w,
+                        None => {
+                            let w = weight_at(s, r);
+                            slot.write(s, r, &w);
+                            w
+                        }
+                    };
+                    assert_eq!(w, weight_at(s, r), "size {s}, rate {r}, round {round}");
+                }
+            }
+        }
+        assert_eq!(weight(48), weight_at(48, rate));
+        assert_eq!(weight(0), weight_at(0, rate), "size 0 is never memoised");
+        // A hit: the slot written just now answers without computing.
+        let s = 777u64;
+        let w = weight(s as usize);
+        assert_eq!(MEMO[memo_slot(s)].read(s, rate), Some(w));
+        // Threads racing on one slot still read only exact weights.
+        let colliding: Vec<u64> = (1..400_000u64).filter(|&x| memo_slot(x) == slot0).take(4).collect();
+        std::thread::scope(|sc| {
+            for t in 0..4 {
+                let colliding = &colliding;
+                sc.spawn(move || {
+                    for i in 0..20_000 {
+                        let s = colliding[(i + t) % colliding.len()];
+                        assert_eq!(weight(s as usize), weight_at(s, rate));
+                    }
+                });
+            }
+        });
     }
 
     #[test]

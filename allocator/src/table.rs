@@ -2,7 +2,8 @@
 //!
 //! Only tracked (>= threshold) and sampled blocks enter it, so it is touched
 //! on a small fraction of calls. It is split into shards by a hash of the
-//! address; each shard is a hashbrown map behind a small lock (one RMW to
+//! address's 256-byte granule (the sampling filter's, whose counters the
+//! shard locks thus guard: `sampling.rs`); each shard is a hashbrown map behind a small lock (one RMW to
 //! take, a plain store to give back: see [`Shard`]) whose memory comes from
 //! the internal heap, so nothing in a critical section can call back into
 //! the global allocator. Critical sections are a single insert or remove.
@@ -186,7 +187,10 @@ static TABLE: [Shard; SHARDS] = [const { Shard::new() }; SHARDS];
 
 #[inline]
 fn shard(addr: usize) -> Guard {
-    let i = (mix64(addr as u64) >> 32) as usize % SHARDS;
+    // By the sampling filter's granule, not the address: every block whose
+    // filter counter is shared lives in one shard, so that lock guards the
+    // counter (`sampling::filter_add`). Blocks 256 B apart still spread.
+    let i = (mix64(sampling::granule_index(addr) as u64) >> 32) as usize % SHARDS;
     TABLE[i].lock()
 }
 
@@ -216,10 +220,13 @@ pub(crate) fn insert(addr: usize, entry: Entry) -> bool {
 /// Removes and returns the entry of a block, if heaptag recorded one (and
 /// takes a sampled one out of the free-side filter).
 pub(crate) fn remove(addr: usize) -> Option<Entry> {
-    let e = shard(addr).remove(&addr);
+    let mut map = shard(addr);
+    let e = map.remove(&addr);
     if let Some(Entry { tracked: false, .. }) = e {
+        // Under the shard's lock: it guards the filter counter.
         sampling::filter_remove(addr);
     }
+    drop(map);
     e
 }
 
