@@ -119,10 +119,20 @@ const CHUNK: usize = 1 << 20;
 /// The bytes of the log not yet consumed, read from the source in large
 /// chunks: frames are verified and decoded in place, and a resync scan
 /// looks ahead without reading anything twice.
+///
+/// `buf` is allocated (and zeroed) once and reused: the held bytes are
+/// `buf[lo..hi]`, reads land in `buf[hi..]`, and forgetting bytes only
+/// moves `lo`. The held bytes move to the front only when the space after
+/// them is too small for the next read and at least as much was forgotten
+/// before them, so each byte moves at most once on average and nothing is
+/// zeroed per read.
 struct Window<R> {
     inner: R,
     buf: Vec<u8>,
-    /// File offset of `buf[0]`.
+    /// The held bytes are `buf[lo..hi]`.
+    lo: usize,
+    hi: usize,
+    /// File offset of `buf[lo]`.
     base: u64,
     eof: bool,
     /// A read error, reported once by the reader.
@@ -130,9 +140,27 @@ struct Window<R> {
 }
 
 impl<R: Read> Window<R> {
+    /// A window on `inner` whose first byte is at file offset `base`.
+    fn new(inner: R, base: u64) -> Self {
+        Window {
+            inner,
+            buf: Vec::new(),
+            lo: 0,
+            hi: 0,
+            base,
+            eof: false,
+            err: None,
+        }
+    }
+
     /// File offset one past the last byte held.
     fn end(&self) -> u64 {
-        self.base + self.buf.len() as u64
+        self.base + (self.hi - self.lo) as u64
+    }
+
+    /// The bytes held, from offset `base`.
+    fn held(&self) -> &[u8] {
+        &self.buf[self.lo..self.hi]
     }
 
     /// Makes the window hold the file up to offset `to`; false when the
@@ -142,18 +170,28 @@ impl<R: Read> Window<R> {
             if self.eof {
                 return false;
             }
-            let old = self.buf.len();
             let want = usize::try_from(to - self.end()).unwrap_or(usize::MAX).max(CHUNK);
-            self.buf.resize(old + want, 0);
-            match self.inner.read(&mut self.buf[old..]) {
-                Ok(0) => {
-                    self.buf.truncate(old);
-                    self.eof = true;
+            if self.buf.len() - self.hi < want {
+                // Move the held bytes to the front when at least as many
+                // bytes were forgotten before them (so each byte moves at
+                // most once on average), then grow geometrically if the room
+                // is still short (the only zeroing: of new capacity).
+                let held = self.hi - self.lo;
+                if self.lo >= held {
+                    self.buf.copy_within(self.lo..self.hi, 0);
+                    self.hi = held;
+                    self.lo = 0;
                 }
-                Ok(n) => self.buf.truncate(old + n),
-                Err(e) if e.kind() == ErrorKind::Interrupted => self.buf.truncate(old),
+                if self.buf.len() - self.hi < want {
+                    let len = (self.hi + want).max(self.buf.len().saturating_mul(2));
+                    self.buf.resize(len, 0);
+                }
+            }
+            match self.inner.read(&mut self.buf[self.hi..]) {
+                Ok(0) => self.eof = true,
+                Ok(n) => self.hi += n.min(self.buf.len() - self.hi),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => {
-                    self.buf.truncate(old);
                     self.eof = true;
                     self.err = Some(e.to_string());
                 }
@@ -164,17 +202,18 @@ impl<R: Read> Window<R> {
 
     /// The bytes from offset `from` to `to` (both held).
     fn slice(&self, from: u64, to: u64) -> &[u8] {
-        &self.buf[(from - self.base) as usize..(to - self.base) as usize]
+        &self.held()[(from - self.base) as usize..(to - self.base) as usize]
     }
 
-    /// Forgets the bytes before offset `before` when that frees enough to
-    /// be worth moving the rest (amortized: each byte moves at most once
-    /// on average).
+    /// Forgets the bytes before offset `before` (their room is reused by a
+    /// later read).
     fn discard(&mut self, before: u64) {
-        let n = (before.saturating_sub(self.base) as usize).min(self.buf.len());
-        if n >= CHUNK && n * 2 >= self.buf.len() {
-            self.buf.drain(..n);
-            self.base += n as u64;
+        let n = (before.saturating_sub(self.base) as usize).min(self.hi - self.lo);
+        self.lo += n;
+        self.base += n as u64;
+        if self.lo == self.hi {
+            self.lo = 0;
+            self.hi = 0;
         }
     }
 }
@@ -266,13 +305,7 @@ impl<R: Read> LogReader<R> {
         let header = Header::decode_body(version, &body, crc)?;
         let offset = (FIXED_LEN + len) as u64;
         Ok(LogReader {
-            win: Window {
-                inner: r,
-                buf: Vec::new(),
-                base: offset,
-                eof: false,
-                err: None,
-            },
+            win: Window::new(r, offset),
             header,
             offset,
             pos: 0,
@@ -647,7 +680,7 @@ impl<R: Read> LogReader<R> {
             if self.pos < self.frame_len {
                 let base = self.frame_base + self.pos as u64;
                 let at = (self.frame_base - self.win.base) as usize;
-                let mut c = Cursor::new(&self.win.buf[at + self.pos..at + self.frame_len], base);
+                let mut c = Cursor::new(&self.win.held()[at + self.pos..at + self.frame_len], base);
                 let ended = self.ended;
                 // `None` from the closure: a record after the End record
                 // (not used); else whether it is the End record, and `f`'s
