@@ -356,3 +356,60 @@ fn wrong_magic_newer_version_and_short_files_are_clear_errors() {
     let e = LogReader::new(&bytes[..]).err().unwrap();
     assert!(e.to_string().contains("header checksum mismatch"), "{e}");
 }
+
+/// A source that hands out its bytes a few at a time (1 to 4,099 bytes per
+/// read, varying), with an `Interrupted` error before every seventh read, as
+/// a pipe or a slow disk may.
+struct Trickle<'a> {
+    bytes: &'a [u8],
+    reads: usize,
+}
+
+impl std::io::Read for Trickle<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.reads += 1;
+        if self.reads.is_multiple_of(7) {
+            return Err(std::io::ErrorKind::Interrupted.into());
+        }
+        let n = (self.reads * 613 % 4099 + 1).min(buf.len()).min(self.bytes.len());
+        buf[..n].copy_from_slice(&self.bytes[..n]);
+        self.bytes = &self.bytes[n..];
+        Ok(n)
+    }
+}
+
+#[test]
+fn a_log_of_many_window_fills_reads_the_same_whole_trickled_and_damaged() {
+    // ~5 MiB of frames of ~8 KiB: the reader's window (1 MiB reads) fills,
+    // forgets and moves its bytes many times, with frames across every
+    // read boundary; a corrupt frame and a damaged length in the middle make
+    // the resync scan run across boundaries too.
+    let frames: Vec<Vec<Record>> = (0..1200)
+        .map(|f| (0..300).map(|i| alloc(f * 300 + i)).collect())
+        .collect();
+    let clean = log(&frames);
+    assert!(clean.len() > 4 << 20, "{} bytes", clean.len());
+    let mut damaged = clean.clone();
+    let at = log(&frames[..400]).len();
+    damaged[at + 40] ^= 0x5a; // a payload byte of frame 401
+    let at2 = log(&frames[..900]).len();
+    damaged[at2 + 7] = 0x7f; // frame 901's length: absurdly large
+    for bytes in [&clean, &damaged] {
+        let mut whole = LogReader::new(&bytes[..]).unwrap();
+        let a: Vec<Record> = whole.by_ref().collect();
+        let mut slow = LogReader::new(Trickle { bytes, reads: 0 }).unwrap();
+        let b: Vec<Record> = slow.by_ref().collect();
+        assert_eq!(a.len(), b.len());
+        assert!(a == b, "the same records either way");
+        assert_eq!(whole.problems(), slow.problems());
+        if std::ptr::eq(bytes, &clean) {
+            assert_eq!(a.len(), 1200 * 300);
+            assert!(whole.problems().is_empty(), "{:?}", whole.problems());
+        } else {
+            assert_eq!(a.len(), 1198 * 300, "all but the two damaged frames");
+            assert_eq!(whole.problems().len(), 2, "{:?}", whole.problems());
+            assert_eq!(whole.problems()[0].offset, at as u64);
+            assert_eq!(whole.problems()[1].offset, at2 as u64);
+        }
+    }
+}
