@@ -373,7 +373,7 @@ impl<'a> Cursor<'a> {
     /// a real log holds) is found and assembled with a few word operations
     /// instead of a loop per byte; longer ones and the buffer's tail take
     /// the loop, which checks every byte.
-    #[inline]
+    #[inline(always)]
     fn varint_long(&mut self) -> Result<u64, DecodeError> {
         if let Some(word) = self.buf.get(self.pos..self.pos + 8) {
             let w = u64::from_le_bytes(word.try_into().expect("8 bytes"));
