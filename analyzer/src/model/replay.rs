@@ -132,13 +132,13 @@ impl Model {
 
     fn keep_interval(&self, b: &Block) -> bool {
         self.want_intervals
-            && (b.last.is_some() || b.size >= self.header.settings.fingerprint_min.max(self.header.settings.threshold))
+            && (b.observed() || b.size >= self.header.settings.fingerprint_min.max(self.header.settings.threshold))
     }
 
     /// Keeps the lifetime of `b` with its observations, ended at `end`
     /// (`None`: alive at the end of the log), when duplicate detection
     /// wants it.
-    fn keep_lifetime(&mut self, b: Block, end: Option<u64>) {
+    fn keep_lifetime(&mut self, mut b: Block, end: Option<u64>) {
         if !self.keep_interval(&b) {
             return;
         }
@@ -146,10 +146,7 @@ impl Model {
             return;
         };
         let before = self.observations.len();
-        if let Some(earlier) = b.earlier {
-            self.observations.extend(*earlier);
-        }
-        self.observations.extend(b.last);
+        self.observations.extend(b.take_observations());
         self.intervals.push(Interval {
             tag: b.tag,
             stack: b.stack,
@@ -507,7 +504,7 @@ impl Model {
                 self.overflowed |= of;
                 // A resize changes the content: what was observed before
                 // holds up to here, and nothing is known after it.
-                if old_size != size && b.last.is_some() {
+                if old_size != size && b.observed() {
                     b.observe(Obs::boundary(t));
                 }
                 b.tag = tag;
