@@ -57,11 +57,6 @@ impl Drop for ExternalGuard {
 /// Writes the change to the event log, when one is being written.
 fn log_change(tag: u32, what: &'static str, bytes: i64) {
     if crate::log::on() {
-        crate::log::side(heaptag_format::Record::External {
-            time_ns: crate::clock::now_ns(),
-            tag,
-            what: what.to_owned(),
-            bytes,
-        });
+        crate::log::side_external(crate::clock::now_ns(), tag, what, bytes);
     }
 }

@@ -38,7 +38,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use heaptag_format::{FpMeta, FpWhen, Record};
+use allocator_api2::vec::Vec as IVec;
+use heaptag_format::{FpMeta, FpWhen, RecordRef};
+
+use crate::internal::Internal;
 
 use crate::config::{self, HOT, ON as TRACKING_ON};
 use crate::log::ring::{Event, Ring};
@@ -67,21 +70,75 @@ const FORKED: u8 = 5;
 static STATE: AtomicU8 = AtomicU8::new(OFF);
 static RING: Ring = Ring::new();
 /// Records that are not allocator events (marks, external memory): at most
-/// [`SIDE_MAX`] of them and [`SIDE_MAX_BYTES`] of their strings wait for the
+/// [`SIDE_MAX`] of them and [`SIDE_MAX_BYTES`] of their labels wait for the
 /// writer; more are dropped and counted (`Health::side_dropped`).
+///
+/// The queue and its labels live in the internal heap, like every other
+/// structure of heaptag's: the thread that queues a record is the program's,
+/// under the program's tag, and memory taken there through the global
+/// allocator would be charged to that tag (and, freed later by the writer,
+/// be alive in it meanwhile).
 static SIDE: Mutex<SideQueue> = Mutex::new(SideQueue {
-    recs: Vec::new(),
-    bytes: 0,
+    recs: IVec::new_in(Internal),
+    labels: IVec::new_in(Internal),
 });
 /// Most side records waiting for the writer.
 const SIDE_MAX: usize = 16_384;
-/// Most bytes of labels and names in the side records waiting.
+/// Most bytes of mark labels waiting for the writer.
 const SIDE_MAX_BYTES: usize = 4 << 20;
 
-struct SideQueue {
-    recs: Vec<Record>,
-    bytes: usize,
+/// The side records waiting, and the bytes of their labels.
+pub(crate) struct SideQueue {
+    recs: IVec<Side, Internal>,
+    labels: IVec<u8, Internal>,
 }
+
+/// One side record as queued: a label is a range of [`SideQueue::labels`].
+#[derive(Clone, Copy)]
+enum Side {
+    Mark {
+        time_ns: u64,
+        start: usize,
+        len: usize,
+    },
+    External {
+        time_ns: u64,
+        tag: u32,
+        what: &'static str,
+        bytes: i64,
+    },
+}
+
+impl SideQueue {
+    /// The records queued, in order, as the log's records.
+    pub(crate) fn records(&self) -> impl Iterator<Item = RecordRef<'_>> {
+        self.recs.iter().map(|r| match *r {
+            Side::Mark { time_ns, start, len } => RecordRef::Mark {
+                time_ns,
+                // Labels are copied in whole from a `&str`, so every range
+                // is a whole string; a bad one (impossible) becomes "".
+                label: std::str::from_utf8(self.labels.get(start..start + len).unwrap_or_default()).unwrap_or_default(),
+            },
+            Side::External {
+                time_ns,
+                tag,
+                what,
+                bytes,
+            } => RecordRef::External {
+                time_ns,
+                tag,
+                what,
+                bytes,
+            },
+        })
+    }
+
+    /// Whether nothing is queued.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.recs.is_empty()
+    }
+}
+
 /// The writer's state; held by the writer thread for one cycle at a time.
 static WRITER: Mutex<Option<worker::Writer>> = Mutex::new(None);
 /// Tracked blocks of at least this size are fingerprinted.
@@ -216,21 +273,43 @@ fn fingerprint_live(when: FpWhen, deadline: Option<Instant>) {
     });
 }
 
-/// Records a side record (not an allocator event) if logging; when the side
-/// queue is full (the writer is behind or stuck) it is dropped and counted.
-pub(crate) fn side(rec: Record) {
+/// Queues a mark for the writer, if logging; when the side queue is full
+/// (the writer is behind or stuck) it is dropped and counted.
+fn side_mark(time_ns: u64, label: &str) {
+    side_push(label.len(), |q| {
+        let start = q.labels.len();
+        q.labels.extend_from_slice(label.as_bytes());
+        Side::Mark {
+            time_ns,
+            start,
+            len: label.len(),
+        }
+    });
+}
+
+/// Queues a change of external memory for the writer, as [`side_mark`].
+pub(crate) fn side_external(time_ns: u64, tag: u32, what: &'static str, bytes: i64) {
+    side_push(0, |_| Side::External {
+        time_ns,
+        tag,
+        what,
+        bytes,
+    });
+}
+
+/// Queues the record `make` returns (it may append `label_len` bytes of
+/// label, room for which is reserved first) if logging and it fits.
+fn side_push(label_len: usize, make: impl FnOnce(&mut SideQueue) -> Side) {
     if !on() {
         return;
     }
-    let len = match &rec {
-        Record::Mark { label, .. } => label.len(),
-        Record::External { what, .. } => what.len(),
-        _ => 0,
-    };
     let mut q = SIDE.lock().unwrap_or_else(PoisonError::into_inner);
-    let fits = q.recs.len() < SIDE_MAX && q.bytes + len <= SIDE_MAX_BYTES && q.recs.try_reserve(1).is_ok();
+    let fits = q.recs.len() < SIDE_MAX
+        && q.labels.len() + label_len <= SIDE_MAX_BYTES
+        && q.recs.try_reserve(1).is_ok()
+        && q.labels.try_reserve(label_len).is_ok();
     if fits {
-        q.bytes += len;
+        let rec = make(&mut q);
         q.recs.push(rec);
     } else {
         drop(q);
@@ -238,11 +317,14 @@ pub(crate) fn side(rec: Record) {
     }
 }
 
-/// The side records waiting (for the writer), leaving the queue empty.
-fn take_side() -> Vec<Record> {
+/// The side records waiting (for the writer), leaving the queue empty
+/// (without memory: the writer frees the taken one, in the internal heap).
+fn take_side() -> SideQueue {
     let mut q = SIDE.lock().unwrap_or_else(PoisonError::into_inner);
-    q.bytes = 0;
-    std::mem::take(&mut q.recs)
+    SideQueue {
+        recs: std::mem::replace(&mut q.recs, IVec::new_in(Internal)),
+        labels: std::mem::replace(&mut q.labels, IVec::new_in(Internal)),
+    }
 }
 
 /// Why a log could not be started.
@@ -749,10 +831,7 @@ pub fn mark(label: &str) {
     if !on() {
         return;
     }
-    side(Record::Mark {
-        time_ns: crate::clock::now_ns(),
-        label: label.to_owned(),
-    });
+    side_mark(crate::clock::now_ns(), label);
     fingerprint_live(FpWhen::Mark, None);
     SAMPLE_NOW.store(true, Ordering::Relaxed);
 }

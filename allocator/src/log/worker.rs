@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use allocator_api2::vec::Vec as IVec;
 use heaptag_format::codec::CHUNK;
-use heaptag_format::{FrameEncoder, Header, LogSettings, Record, RecordRef, Sink, TagCount, VERSION};
+use heaptag_format::{FrameEncoder, Header, LogSettings, RecordRef, Sink, TagCount, VERSION};
 
 use super::finish::{self, ABANDONED, PENDING};
 use crate::health::{SAMPLES, SAMPLE_NS, SAMPLE_TAGS_VISITED};
@@ -725,10 +725,10 @@ impl Writer {
         let side = super::take_side();
         if !side.is_empty() {
             self.send_definitions();
-            for r in &side {
-                self.put(r.borrowed());
-                if let (Some(seg), Record::External { tag, bytes, .. }) = (&mut self.seg, r) {
-                    seg.live.external(*tag, *bytes);
+            for r in side.records() {
+                self.put(r);
+                if let (Some(seg), RecordRef::External { tag, bytes, .. }) = (&mut self.seg, r) {
+                    seg.live.external(tag, bytes);
                 }
             }
         }
