@@ -41,9 +41,8 @@ use std::time::{Duration, Instant};
 use allocator_api2::vec::Vec as IVec;
 use heaptag_format::{FpMeta, FpWhen, RecordRef};
 
-use crate::internal::Internal;
-
 use crate::config::{self, HOT, ON as TRACKING_ON};
+use crate::internal::Internal;
 use crate::log::ring::{Event, Ring};
 use crate::table;
 
