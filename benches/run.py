@@ -153,19 +153,23 @@ def cargo_json(args, cwd=None):
     return exes
 
 
-def build(benches=BENCHES, cwd=None):
-    args = ["bench", "--no-run"]
+def build(benches=BENCHES, cwd=None, tools=("heaptag", "synth_log", "fuzz")):
+    """Builds the benches and the analyzer's tools in one cargo invocation.
+
+    One invocation means one feature resolution: the analyzer's dependencies
+    are compiled once, not again for a `-p heaptag-analyzer` build of their own
+    (which resolves other features). CI's fuzz step builds `fuzz` with the same
+    packages and finds it fresh."""
+    args = ["build", "--release", "-p", "heaptag", "-p", "heaptag-analyzer"]
     for b in benches:
         args += ["--bench", b]
-    exes = cargo_json(args, cwd)
-    missing = set(benches) - exes.keys()
+    for t in tools:
+        args += ["--bin" if t == "heaptag" else "--example", t]
+    built = cargo_json(args, cwd)
+    missing = (set(benches) | set(tools)) - built.keys()
     if missing:
-        sys.exit(f"run.py: cargo did not report bench executables for {sorted(missing)}")
-    tools = cargo_json(["build", "--release", "-p", "heaptag-analyzer", "--bins", "--examples"], cwd)
-    for t in ("heaptag", "synth_log"):
-        if t not in tools:
-            sys.exit(f"run.py: cargo did not build {t}")
-    return exes, tools
+        sys.exit(f"run.py: cargo did not report executables for {sorted(missing)}")
+    return {b: built[b] for b in benches}, {t: built[t] for t in tools}
 
 
 def run_once(cmd, env):
@@ -250,7 +254,7 @@ def main():
         sys.exit("run.py: cargo did not report the alloc_heaptag_native bench executable")
     variants = VARIANTS + NATIVE_VARIANTS
     if a.baseline:
-        base_exes, base_tools = build(["alloc_heaptag"], a.baseline)
+        base_exes, base_tools = build(["alloc_heaptag"], a.baseline, ("heaptag", "synth_log"))
         exes["base:alloc_heaptag"] = base_exes["alloc_heaptag"]
         variants = [v for v in VARIANTS if v[0] == "jemalloc" or v[0].startswith("heaptag")]
         variants += [("base" + n[len("heaptag"):], "base:" + b, e) for n, b, e in VARIANTS if n.startswith("heaptag")]
