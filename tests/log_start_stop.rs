@@ -1,6 +1,9 @@
 //! Issue 16: a log started and finished at run time, more than once in one
 //! process (`examples/log_window.rs`, the documented way): each benchmark
 //! gets a complete log of its own, and what runs between them is in none.
+//! Forty windows back to back: one log's end and the next one's start race
+//! (a writer that gave tag retirement back after the next log took it over
+//! left that log without a single tag definition).
 
 #[allow(dead_code, unreachable_pub)]
 #[path = "../examples/log_window.rs"]
@@ -16,9 +19,10 @@ fn each_benchmark_window_gets_a_complete_log_of_its_own() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     assert!(heaptag::log_path().is_none());
-    let logs = window::run(&dir, 3).unwrap();
+    const ROUNDS: u64 = 40;
+    let logs = window::run(&dir, ROUNDS).unwrap();
     assert!(heaptag::log_path().is_none(), "no log after the last finish");
-    assert_eq!(logs.len(), 3);
+    assert_eq!(logs.len(), ROUNDS as usize);
     for (i, l) in logs.iter().enumerate() {
         let round = i as u64 + 1;
         assert_eq!(l.path, dir.join(format!("bench-{round}.htlog")));
@@ -30,9 +34,16 @@ fn each_benchmark_window_gets_a_complete_log_of_its_own() {
         let defs = common::tag_defs(&recs);
         // Tracked allocations per (job, stage) in this log.
         let mut allocs = std::collections::BTreeMap::new();
-        for rec in &recs {
+        for (at, rec) in recs.iter().enumerate() {
             if let Record::Alloc { tag, size, .. } = rec {
-                let (job, stage, _) = defs[tag].clone();
+                let Some((job, stage, _)) = defs.get(tag).cloned() else {
+                    let from = at.saturating_sub(20);
+                    panic!(
+                        "{}: record {at} allocates under tag {tag}, which no tag_def names; defs {defs:?}; records {from}..: {:?}",
+                        l.path.display(),
+                        &recs[from..(at + 5).min(recs.len())]
+                    );
+                };
                 *allocs.entry((job, stage)).or_insert(0u64) += size;
             }
         }

@@ -1321,9 +1321,6 @@ pub(crate) fn set_writer(on: bool) {
 /// yet released (its `tag_retire` is still to come). For a log that starts
 /// a new segment, which must read alone; its next sample should then list
 /// every tag (the writer's `full_sample`).
-// For the log's segments (issue 16's log half, another branch): its writer
-// calls this where it starts a segment.
-#[allow(dead_code)]
 pub(crate) fn redefine_all() {
     let mut map = lock();
     for id in 0..map.next {

@@ -141,7 +141,8 @@ pub(super) fn done(summary: LogSummary) {
     let mut c = control();
     c.done = Some(summary);
     // Release: a `start` that sees FINISHED sees the writer's work done
-    // (its thread touches the ring and the file no more).
+    // (its thread touches the ring, the file and the tag table's writer
+    // state no more: the writer was dropped before this call).
     STATE.store(FINISHED, Ordering::Release);
     DONE.notify_all();
 }

@@ -1169,6 +1169,13 @@ pub(crate) fn run(tick: Duration) {
                 let Some(mut w) = guard.take() else { return };
                 drop(guard);
                 let summary = w.finish(deadline);
+                // Dropped before `done`: its drop gives tag retirement back
+                // (`tag::set_writer(false)`), and once `done` says FINISHED
+                // the next log may start and take retirement over. A drop
+                // after that start cleared the new log's definitions, and it
+                // defined no tag at all (a race, seen in 1 of ~60 runs of
+                // `log_start_stop` on a loaded machine).
+                drop(w);
                 finish::done(summary);
                 return;
             }
