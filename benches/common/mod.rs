@@ -273,13 +273,21 @@ pub fn main_with(variant: &str, tags: bool) {
     let out = |workload: &str, param: String, ns: f64, wall_ns: f64| {
         println!("{variant}\t{workload}\t{param}\t{ns:.2}\t{:.1}", wall_ns / 1e6);
     };
-    // BENCH_SIZE=N: only pairs of N bytes (for instruction counts per pair
-    // under callgrind; see docs/PERFORMANCE.md).
-    let only_size: Option<usize> = std::env::var("BENCH_SIZE").ok().and_then(|s| s.parse().ok());
+    // BENCH_SIZE=N: only pairs of N bytes, any N (for instruction counts
+    // per pair under callgrind, see docs/PERFORMANCE.md, or a profile of one
+    // size).
+    let only_size: Option<usize> = std::env::var("BENCH_SIZE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .filter(|&n| n > 0);
+    let sizes = match only_size {
+        Some(n) => vec![n],
+        None => vec![16usize, 64, 256, 1024, 4096, 16 << 10, 64 << 10, 256 << 10, 1 << 20],
+    };
     for threads in [1usize, 2] {
-        for size in [16usize, 64, 256, 1024, 4096, 16 << 10, 64 << 10, 256 << 10, 1 << 20] {
+        for &size in &sizes {
             let name = format!("pairs/{threads}t");
-            if !o.wants(&name) || only_size.is_some_and(|n| n != size) {
+            if !o.wants(&name) {
                 continue;
             }
             // Small pairs: the median of PAIR_REPS runs of 4 M pairs (see
