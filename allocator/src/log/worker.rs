@@ -946,6 +946,19 @@ impl Writer {
         let _ = STATE.compare_exchange(ON, CLOSING, Ordering::AcqRel, Ordering::Acquire);
         SAMPLE_NOW.store(true, Ordering::Relaxed);
         self.cycle();
+        // A producer that won a cell before CLOSING may not have written it
+        // yet (preempted between its CAS and its store): `pop` stops at that
+        // cell, and every event queued behind it, other threads' finished
+        // pushes included, would be left out of the log uncounted. Wait for
+        // it until the deadline; what is still queued then is counted lost.
+        while RING.len() > 0 && Instant::now() < deadline {
+            std::thread::yield_now();
+            self.cycle();
+        }
+        let left = RING.len() as u64;
+        if left > 0 {
+            LOG_EVENTS_LOST.fetch_add(left, Ordering::Relaxed);
+        }
         // Everything queued is written: the tags retired are released.
         self.release_retired(true);
         tag::set_writer(false);
