@@ -29,7 +29,6 @@ use crate::log::ring::Event;
 use crate::table::{self, Entry};
 use crate::thread::{self, Pair};
 use crate::{clock, log, sampling, start, tag};
-use heaptag_format::FpWhen;
 
 /// heaptag's global allocator: wraps an inner allocator (jemalloc by default)
 /// and charges every allocation to the calling thread's [`Tag`](crate::Tag).
@@ -266,11 +265,12 @@ impl<A: GlobalAlloc> Alloc<A> {
     unsafe fn dealloc_recorded(&self, ptr: *mut u8, layout: Layout) {
         match table::remove(ptr as usize) {
             Some(e) => {
-                // The Fingerprint's time is the Free's too (one clock read).
+                // The Fingerprint's time is the Free's too (one clock read; none
+                // for a block freed before it could be filled).
                 let at = (e.tracked && log::wants_fingerprint(e.size)).then(|| {
                     // SAFETY: the block is still allocated (it is freed
                     // below) and this thread is the one freeing it.
-                    unsafe { log::emit_fingerprint(ptr as usize, e.size, FpWhen::Free) }
+                    unsafe { log::fingerprint_at_free(ptr as usize, &e) }
                 });
                 release(ptr as usize, &e, layout.size(), true, at);
             }

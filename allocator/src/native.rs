@@ -63,7 +63,6 @@ use crate::log::ring::Event;
 use crate::table::{self, Entry};
 use crate::thread::{self, Pair};
 use crate::{clock, jemalloc, log, sampling, tag};
-use heaptag_format::FpWhen;
 
 thread_local! {
     // Const-initialised, no destructor: readable at any point of a thread's
@@ -288,11 +287,12 @@ fn release(addr: usize, e: &Entry, event: bool, at: Option<u64>) {
 unsafe fn before_free(p: *mut c_void, usable: usize) {
     // SAFETY: forwarded.
     if let Some(e) = unsafe { take_usable(p, usable) } {
-        // The Fingerprint's time is the Free's too (one clock read).
+        // The Fingerprint's time is the Free's too (one clock read; none
+        // for a block freed before it could be filled).
         let at = (e.tracked && log::wants_fingerprint(e.size)).then(|| {
             // SAFETY: the block is still allocated (freed by our caller
             // after this) and this thread is the one freeing it.
-            unsafe { log::emit_fingerprint(p as usize, e.size, FpWhen::Free) }
+            unsafe { log::fingerprint_at_free(p as usize, &e) }
         });
         release(p as usize, &e, true, at);
     }

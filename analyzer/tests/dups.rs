@@ -81,6 +81,46 @@ fn without_fingerprints_site_and_size_give_a_suspected_duplicate() {
     assert_eq!(g["hash"], Value::Null);
 }
 
+/// Blocks freed sooner than their size takes to write at
+/// `heaptag_format::FILL_BYTES_PER_NS` carry no fingerprint (the allocator
+/// takes none) and held no content: not a suspected duplicate, however
+/// many overlap at one site and size; counted as `unfilled_blocks`. The
+/// same blocks living one nanosecond longer are suspected again.
+#[test]
+fn blocks_freed_before_they_could_be_filled_are_no_suspects() {
+    let size = 64 * MIB;
+    let window = size / heaptag_format::FILL_BYTES_PER_NS; // 65,536 ns
+    let run = |life: u64, name: &str| {
+        let mut b = LogBuilder::new();
+        b.tag(1, None, Some("scratch"), Some(0))
+            .tag(2, None, Some("scratch"), Some(1));
+        // Two partitions' scratch buffers alive together, freed at once.
+        for round in 0..3u64 {
+            let t = (10 + round) * MS;
+            b.alloc(t, 1, 5, 0x1000_0000, size)
+                .alloc(t + 1, 2, 5, 0x9000_0000, size)
+                .free(t + life, 0x1000_0000, size)
+                .free(t + 1 + life, 0x9000_0000, size);
+        }
+        b.rec(Record::End {
+            time_ns: 30 * MS,
+            dropped: 0,
+        });
+        dups(&mut b, name)
+    };
+    let v = run(window - 1, "unfilled");
+    let verdicts = v["sources"][0]["verdicts"].as_array().unwrap();
+    assert!(
+        verdicts.iter().all(|x| x["stage"] != "scratch"),
+        "a stage that held no content has no verdict: {v}"
+    );
+    assert_eq!(v["sources"][0]["unfilled_blocks"], 6, "{v}");
+    assert!(v["sources"][0]["duplicated"].as_array().unwrap().is_empty(), "{v}");
+    let v = run(window, "filled");
+    assert_eq!(verdict(&v, "scratch")["verdict"], "SUSPECTED DUPLICATE", "{v}");
+    assert_eq!(v["sources"][0].get("unfilled_blocks"), None, "absent when 0: {v}");
+}
+
 #[test]
 fn a_moving_realloc_keeps_its_record_across_the_reuse_of_its_old_address() {
     let mut b = LogBuilder::new();

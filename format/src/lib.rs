@@ -42,6 +42,33 @@ pub use units::{parse_duration, parse_size};
 
 use std::fmt;
 
+/// The fastest rate, in bytes per nanosecond (about 1 TB/s), at which any
+/// writer can fill a block: an order of magnitude above one core's copy rate
+/// and above the memory bandwidth of current CPU sockets.
+///
+/// A block freed sooner after its allocation than its size takes to write at
+/// this rate ([`freed_unfilled`]) cannot hold a copy of anything: at most a
+/// part of it was written, the rest is what the allocator handed out. The
+/// allocator takes no fingerprint of such a block at its free (docs/FORMAT.md,
+/// "Fingerprints"), and readers count it as holding no content.
+pub const FILL_BYTES_PER_NS: u64 = 1024;
+
+/// Whether a block of `size` bytes that lived `lifetime_ns` was freed before
+/// it could have been filled (see [`FILL_BYTES_PER_NS`]).
+///
+/// ```
+/// // 1 MiB takes 1,024 ns to write at 1,024 bytes per ns.
+/// assert!(heaptag_format::freed_unfilled(1 << 20, 1_023));
+/// assert!(!heaptag_format::freed_unfilled(1 << 20, 1_024));
+/// // A block freed at the instant it was allocated held nothing.
+/// assert!(heaptag_format::freed_unfilled(1, 0));
+/// assert!(!heaptag_format::freed_unfilled(0, 0));
+/// ```
+#[inline]
+pub const fn freed_unfilled(size: u64, lifetime_ns: u64) -> bool {
+    lifetime_ns.saturating_mul(FILL_BYTES_PER_NS) < size
+}
+
 /// Stage name of the tag the log writer's own allocations are charged to;
 /// readers leave it out of per-tag reports.
 pub const WRITER_STAGE: &str = "heaptag:writer";

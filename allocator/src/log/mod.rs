@@ -248,6 +248,29 @@ pub(crate) unsafe fn emit_fingerprint(addr: usize, size: u64, when: FpWhen) -> u
     time_ns
 }
 
+/// The free of tracked block `e` at `addr`, which [`wants_fingerprint`]:
+/// fingerprints it and queues the event, unless it is freed before it could
+/// have been filled ([`heaptag_format::freed_unfilled`]: it holds no copy of
+/// anything, and readers count it so). Returns the time for its Free: the
+/// Fingerprint's, or the clock read that found the block too young (one
+/// read either way for such a block).
+///
+/// # Safety
+/// As [`emit_fingerprint`].
+pub(crate) unsafe fn fingerprint_at_free(addr: usize, e: &table::Entry) -> u64 {
+    let now = crate::clock::now_ns();
+    // The birth time is the precise clock's when the block was recorded
+    // while logging, else the coarse clock's or an earlier block's (a
+    // realloc keeps it): never later than the birth, so a lifetime measured
+    // here is never shorter than the block's and never skips one that could
+    // have been filled.
+    if heaptag_format::freed_unfilled(e.size, now.saturating_sub(e.time_ns)) {
+        return now;
+    }
+    // SAFETY: the caller's guarantee.
+    unsafe { emit_fingerprint(addr, e.size, FpWhen::Free) }
+}
+
 /// The sampled fingerprint of a live block (for `testing`).
 ///
 /// # Safety

@@ -165,6 +165,12 @@ pub struct Dups {
     /// lifetimes were held at once.
     #[serde(skip_serializing_if = "is_zero")]
     pub lifetimes_left_out: u64,
+    /// Blocks of at least the fingerprint size freed before they could have
+    /// been filled (sooner after their allocation than their size takes to
+    /// write at 1,024 bytes per ns), without a fingerprint: they held no
+    /// content and are never duplicates. Absent (0) when there were none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unfilled_blocks: u64,
     /// Why the verdicts cannot be trusted, if they cannot: events dropped
     /// (a lost free keeps a copy alive forever, a lost fingerprint hides
     /// one), a log cut short, damage skipped.
@@ -306,8 +312,9 @@ pub fn analyze_allowing(m: &Model, allowed: &dyn Fn(&str, &str) -> bool) -> Dups
             }
         } else {
             let end = i.end.unwrap_or(u64::MAX);
-            // A block freed at the instant it was allocated held nothing.
-            if end > i.start {
+            // A block freed before it could have been filled (at the
+            // instant it was allocated, say) held nothing.
+            if !heaptag_format::freed_unfilled(i.size, end.saturating_sub(i.start)) {
                 suspects.push(Keyed {
                     key: (i.size, u64::from(i.stack)),
                     span: Span {
@@ -503,6 +510,7 @@ pub fn analyze_allowing(m: &Model, allowed: &dyn Fn(&str, &str) -> bool) -> Dups
         fingerprints: m.has_fingerprints(),
         fingerprint_min_bytes: m.header.settings.fingerprint_min,
         lifetimes_left_out: m.intervals_pruned,
+        unfilled_blocks: m.unfilled_frees,
         unverified: unverified(m),
     }
 }

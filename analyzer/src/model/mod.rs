@@ -436,6 +436,10 @@ pub struct Model {
     /// (no other kept lifetime of the same content or site and size
     /// overlapped them), once more than [`INTERVALS_KEPT`] were held.
     pub intervals_pruned: u64,
+    /// Blocks of at least the fingerprint size freed before they could have
+    /// been filled ([`heaptag_format::freed_unfilled`]) with no fingerprint:
+    /// they held no content, and no lifetime of theirs is kept.
+    pub unfilled_frees: u64,
     /// What the pruned lifetimes held, per tag number (for `dups`' counts).
     pub pruned: MixMap<u32, Pruned>,
     /// Observations of the intervals' contents, each interval's together.

@@ -142,6 +142,12 @@ impl Model {
         if !self.keep_interval(&b) {
             return;
         }
+        // Freed before it could have been filled: it held no content (the
+        // allocator takes no fingerprint of it, see `freed_unfilled`).
+        if !b.observed() && end.is_some_and(|e| heaptag_format::freed_unfilled(b.size, e.saturating_sub(b.start))) {
+            self.unfilled_frees += 1;
+            return;
+        }
         let Ok(first_obs) = u32::try_from(self.observations.len()) else {
             return;
         };
@@ -243,7 +249,7 @@ impl Model {
                 } else {
                     p.contents += 1;
                 }
-            } else if end > i.start {
+            } else if !heaptag_format::freed_unfilled(i.size, end.saturating_sub(i.start)) {
                 p.contents += 1;
             }
         }

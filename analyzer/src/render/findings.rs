@@ -152,6 +152,15 @@ pub fn dups(d: &DupsReport, f: Format, out: &mut dyn Write) -> io::Result<()> {
                 x.filled_blocks
             )?;
         }
+        if x.unfilled_blocks > 0 {
+            writeln!(
+                out,
+                "({} block{} freed before {} could have been filled held no content: never duplicates, not fingerprinted)",
+                x.unfilled_blocks,
+                if x.unfilled_blocks == 1 { "" } else { "s" },
+                if x.unfilled_blocks == 1 { "it" } else { "they" }
+            )?;
+        }
         if !x.duplicated.is_empty() {
             heading(f, out, 3, "Duplicated contents")?;
             let mut t = Table::new(&[
