@@ -71,13 +71,30 @@ thread_local! {
 /// calling thread's previous reading.
 #[inline]
 pub fn now_ns() -> u64 {
+    now_ns_held().0
+}
+
+/// [`now_ns`], and whether the reading was held back to the thread's
+/// previous one (the clock stepped back, or another source read behind it):
+/// then the time is not later than the true one, and a span measured to it
+/// may be shorter than the true span.
+#[inline]
+pub(crate) fn now_ns_held() -> (u64, bool) {
     let abs = tsc::now_abs().unwrap_or_else(|| read(libc::CLOCK_MONOTONIC));
     let t = abs.saturating_sub(START_MONO.load(Ordering::Relaxed));
     LAST_NS.with(|last| {
+        let held = t < last.get();
         let t = t.max(last.get());
         last.set(t);
-        t
+        (t, held)
     })
+}
+
+/// The calling thread's last [`now_ns`] reading (0 before its first): not
+/// later than its next one. A thread-local load, no clock read.
+#[inline]
+pub(crate) fn last_ns() -> u64 {
+    LAST_NS.try_with(Cell::get).unwrap_or(0)
 }
 
 /// Nanoseconds since heaptag initialised, from the kernel's coarse

@@ -402,7 +402,7 @@ impl<A: GlobalAlloc> Alloc<A> {
         }
         thread::count_pair(tag, None, new_size as u64);
         if new_size >= HOT.threshold.load(Ordering::Relaxed) || thread::sample(new as usize, new_size as u64) {
-            let recorded = record(new as usize, new_size, tag, thread, old_entry, !stays_tracked);
+            let recorded = record(new as usize, new_size, tag, thread, old_entry, !stays_tracked, true);
             if let (true, true, Some(e)) = (recorded && logging, stays_tracked, old_entry) {
                 emit_realloc(addr, &e, tag, new as usize, new_size as u64);
             }
@@ -519,7 +519,7 @@ fn alloc_failed() {
 #[inline(never)]
 fn record_new(p: *mut u8, size: usize) -> *mut u8 {
     let (tag, thread) = thread::charged();
-    record(p as usize, size, tag, thread, None, true);
+    record(p as usize, size, tag, thread, None, true, false);
     p
 }
 
@@ -534,10 +534,20 @@ fn untracked_free(size: usize) {
 
 /// Records a block that is tracked exactly (by its size) or sampled; queues
 /// its event when logging and `event`. `birth` carries time and stack over
-/// from the block a realloc replaced. Returns whether it was recorded.
+/// from the block a realloc replaced; `resized`: the block is a realloc's
+/// (with or without a record of the old one). Returns whether it was
+/// recorded.
 #[cold]
 #[inline(never)]
-fn record(addr: usize, size: usize, tag_id: u32, thread: u32, birth: Option<Entry>, event: bool) -> bool {
+fn record(
+    addr: usize,
+    size: usize,
+    tag_id: u32,
+    thread: u32,
+    birth: Option<Entry>,
+    event: bool,
+    resized: bool,
+) -> bool {
     if thread::is_internal() {
         // heaptag's own threads (the log writer) never enter tracking.
         return false;
@@ -563,6 +573,7 @@ fn record(addr: usize, size: usize, tag_id: u32, thread: u32, birth: Option<Entr
             None => 0,
         },
         tracked,
+        resized,
     };
     let Some(t) = tag::entry(tag_id) else { return false };
     if !table::insert(addr, entry) {

@@ -131,7 +131,7 @@ fn after_plain_alloc(p: *mut c_void, requested: usize) {
     if usable == 0 {
         return after_alloc(p, requested);
     }
-    on_alloc(p as usize, requested, usable);
+    on_alloc(p as usize, requested, usable, false);
 }
 
 /// Counts (and records when due) the native block `p` just allocated for a
@@ -157,22 +157,22 @@ fn after_alloc(p: *mut c_void, requested: usize) {
         thread::count_pair(0, None, usable as u64);
         return;
     }
-    on_alloc(p as usize, requested, usable);
+    on_alloc(p as usize, requested, usable, false);
 }
 
 #[inline]
-fn on_alloc(addr: usize, requested: usize, usable: usize) {
+fn on_alloc(addr: usize, requested: usize, usable: usize, resized: bool) {
     if !should_record(addr, usable) {
         thread::count_alloc(usable as u64);
         return;
     }
-    record(addr, requested, usable);
+    record(addr, requested, usable, resized);
 }
 
 /// Records a native block that `should_record`.
 #[cold]
 #[inline(never)]
-fn record(addr: usize, requested: usize, usable: usize) {
+fn record(addr: usize, requested: usize, usable: usize, resized: bool) {
     let tracked = usable >= HOT.threshold.load(Ordering::Relaxed);
     let size = if tracked { requested } else { usable } as u64;
     if thread::is_internal() {
@@ -193,6 +193,7 @@ fn record(addr: usize, requested: usize, usable: usize) {
         thread,
         stack,
         tracked,
+        resized,
     };
     // Without a record the block is counted as its free will be: unrecorded,
     // by usable size.
@@ -434,7 +435,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     }
     // SAFETY: `new` was just returned by jemalloc.
     let usable = unsafe { usable(new) };
-    on_alloc(new as usize, size, usable);
+    on_alloc(new as usize, size, usable, true);
     new
 }
 

@@ -40,6 +40,9 @@ pub(crate) struct Entry {
     pub(crate) stack: u32,
     /// Tracked exactly (`false`: a sampled small block).
     pub(crate) tracked: bool,
+    /// Made by a realloc: it held the old block's bytes from its birth, so
+    /// its free is fingerprinted however young it is (`log::fingerprint_at_free`).
+    pub(crate) resized: bool,
 }
 
 type Map = HashMap<usize, Entry, MixBuild, Internal>;
@@ -318,6 +321,7 @@ mod tests {
                             thread: t as u32,
                             stack: 0,
                             tracked: true,
+                            resized: false,
                         };
                         assert!(insert(addr, e));
                         if i % 2 == 1 {

@@ -252,20 +252,28 @@ pub(crate) unsafe fn emit_fingerprint(addr: usize, size: u64, when: FpWhen) -> u
 /// fingerprints it and queues the event, unless it is freed before it could
 /// have been filled ([`heaptag_format::freed_unfilled`]: it holds no copy of
 /// anything, and readers count it so). Returns the time for its Free: the
-/// Fingerprint's, or the clock read that found the block too young (one
-/// read either way for such a block).
+/// Fingerprint's, or the clock read that found the block too young.
+///
+/// Only a block freed by the thread that allocated it, not made by a
+/// realloc (which may hand over the old bytes in place), and timed by a
+/// clock reading that was not held back ([`crate::clock::now_ns_held`]) may
+/// be skipped: its birth (the Alloc's time) and this reading then come from
+/// one thread's clock, so the lifetime measured is not shorter than the
+/// true one. A block that lived past its window by the thread's last reading
+/// costs no extra clock read.
 ///
 /// # Safety
 /// As [`emit_fingerprint`].
 pub(crate) unsafe fn fingerprint_at_free(addr: usize, e: &table::Entry) -> u64 {
-    let now = crate::clock::now_ns();
-    // The birth time is the precise clock's when the block was recorded
-    // while logging, else the coarse clock's or an earlier block's (a
-    // realloc keeps it): never later than the birth, so a lifetime measured
-    // here is never shorter than the block's and never skips one that could
-    // have been filled.
-    if heaptag_format::freed_unfilled(e.size, now.saturating_sub(e.time_ns)) {
-        return now;
+    let may_skip = !e.resized
+        && e.thread != 0
+        && e.thread == crate::thread::number()
+        && heaptag_format::freed_unfilled(e.size, crate::clock::last_ns().saturating_sub(e.time_ns));
+    if may_skip {
+        let (now, held) = crate::clock::now_ns_held();
+        if !held && heaptag_format::freed_unfilled(e.size, now.saturating_sub(e.time_ns)) {
+            return now;
+        }
     }
     // SAFETY: the caller's guarantee.
     unsafe { emit_fingerprint(addr, e.size, FpWhen::Free) }
