@@ -33,7 +33,7 @@ pub enum Fill {
 /// When a fingerprint was taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FpWhen {
-    /// Just before the block was freed (or moved by realloc).
+    /// Just before the block was freed (a realloc takes none).
     Free,
     /// At a `heaptag::mark()`, for every live block.
     Mark,

@@ -4,8 +4,8 @@
 //! The rules (docs/REPORTS.md, "Duplicates"):
 //!
 //! - A fingerprint says what a block held when it was taken (at its free,
-//!   just before a resize, at a mark, at `finish`). Each holds back to the
-//!   block's previous observation, or to its allocation for the first: a
+//!   at a mark, at `finish`). Each holds back to the block's previous
+//!   observation, or to its allocation for the first: a
 //!   mark or `finish` observes every live block at one moment, so a mark is
 //!   where what a block held before it ends. A resize ends what was known.
 //! - Two blocks are copies only over the spans where both are known to hold
