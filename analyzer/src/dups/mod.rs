@@ -5,9 +5,9 @@
 //!
 //! - A fingerprint says what a block held when it was taken (at its free,
 //!   at a mark, at `finish`). Each holds back to the block's previous
-//!   observation, or to its allocation for the first: a
-//!   mark or `finish` observes every live block at one moment, so a mark is
-//!   where what a block held before it ends. A resize ends what was known.
+//!   observation, or to its allocation for the first: a mark or `finish`
+//!   observes every live block at one moment, so a mark is where what a
+//!   block held before it ends. A resize ends what was known.
 //! - Two blocks are copies only over the spans where both are known to hold
 //!   the same content. Zero- and constant-filled contents never count.
 //! - The first holder of a content is its original. At every moment the
@@ -312,9 +312,10 @@ pub fn analyze_allowing(m: &Model, allowed: &dyn Fn(&str, &str) -> bool) -> Dups
             }
         } else {
             let end = i.end.unwrap_or(u64::MAX);
-            // A block freed before it could have been filled (at the
-            // instant it was allocated, say) held nothing.
-            if !heaptag_format::freed_unfilled(i.size, end.saturating_sub(i.start)) {
+            // A block freed at the instant it was allocated held nothing
+            // (one freed before it could have been filled is not kept at
+            // all: `Model::unfilled_frees`).
+            if end > i.start {
                 suspects.push(Keyed {
                     key: (i.size, u64::from(i.stack)),
                     span: Span {
@@ -512,6 +513,14 @@ pub fn analyze_allowing(m: &Model, allowed: &dyn Fn(&str, &str) -> bool) -> Dups
         lifetimes_left_out: m.intervals_pruned,
         unfilled_blocks: m.unfilled_frees,
         unverified: unverified(m),
+    }
+}
+
+impl Dups {
+    /// No block was judged by content: the log holds no fingerprint and no
+    /// block too young to hold one, so every finding is by site and size.
+    pub fn by_site_and_size_only(&self) -> bool {
+        !self.fingerprints && self.unfilled_blocks == 0
     }
 }
 

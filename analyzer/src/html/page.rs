@@ -450,7 +450,7 @@ fn dups(d: &HtmlData, h: &mut String) {
             "<div class=\"dups\" id=\"dups-{i}\"><h3>{}</h3>",
             source_title(&s.source)
         );
-        if !x.fingerprints && x.unfilled_blocks == 0 {
+        if x.by_site_and_size_only() {
             h.push_str(
                 "<p class=\"note\">No content fingerprints in this log: blocks are grouped by call site and size, \
                  and findings are only suspected.</p>",

@@ -249,7 +249,7 @@ impl Model {
                 } else {
                     p.contents += 1;
                 }
-            } else if !heaptag_format::freed_unfilled(i.size, end.saturating_sub(i.start)) {
+            } else if end > i.start {
                 p.contents += 1;
             }
         }

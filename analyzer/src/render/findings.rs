@@ -68,7 +68,7 @@ pub fn dups(d: &DupsReport, f: Format, out: &mut dyn Write) -> io::Result<()> {
     for s in &d.sources {
         source(f, out, &s.source)?;
         let x = &s.dups;
-        if !x.fingerprints && x.unfilled_blocks == 0 {
+        if x.by_site_and_size_only() {
             writeln!(
                 out,
                 "no content fingerprints in this log: blocks are grouped by call site and size, and findings are only suspected"
