@@ -184,8 +184,12 @@ def run_once(cmd, env):
     for line in out.splitlines():
         parts = line.split("\t")
         if len(parts) == 5:
-            variant, workload, param, ns, _wall = parts
-            rows.append((variant, workload, param, float(ns)))
+            variant, workload, param, ns, last = parts
+            if workload == "log_bytes_per_event":
+                # (events written, bytes per event, events dropped)
+                rows.append((variant, workload, param, (float(ns), int(float(last)))))
+            else:
+                rows.append((variant, workload, param, float(ns)))
     return rows, usage.ru_maxrss
 
 
@@ -283,7 +287,7 @@ def main():
                         own.append(ns)
                 elif workload == "log_bytes_per_event":
                     if name == "heaptag-log":
-                        per_event.append((ns, int(param)))
+                        per_event.append((ns[0], int(param), ns[1]))
                 elif workload == "profile_bytes":
                     dhat_bytes.append(ns)
                 else:
@@ -372,9 +376,12 @@ def main():
         f"{v} {statistics.median(rss[v]) / 1024:.0f} MiB ({statistics.median(rss[v]) / base_rss:.2f}x)" for v, _, _ in variants) + "."]
     if per_event:
         lines.append(
-            f"Event log: {statistics.median(p for p, _ in per_event):.1f} bytes per allocator event, all records "
+            f"Event log: {statistics.median(p for p, _, _ in per_event):.1f} bytes per allocator event, all records "
             f"(header, definitions, samples, fingerprints, symbols) included; "
-            f"{statistics.median(e for _, e in per_event):.0f} events per run."
+            f"{statistics.median(e for _, e, _ in per_event):.0f} events written per run; events dropped at the "
+            f"full queue per run (median, most): {statistics.median(d for _, _, d in per_event):.0f}, "
+            f"{max(d for _, _, d in per_event)} "
+            f"({100 * max(d / max(d + e, 1) for _, e, d in per_event):.2f}% of a run's events at most)."
         )
     if dhat_bytes:
         lines.append(f"dhat's profile (dhat-heap.json): {statistics.median(dhat_bytes) / 2**20:.1f} MiB per run (at 1/50th of the micro iterations).")

@@ -12,7 +12,7 @@
 //!   `ns = base_ns + ((tsc - base_tsc) * mult) >> 32`.
 //!
 //! The conversion is calibrated and re-anchored by the log writer thread at
-//! every cycle ([`anchor`], ~10 ms): the rate comes from a long baseline
+//! every cycle ([`anchor`], every 0.16-10 ms): the rate comes from a long baseline
 //! (16-32 s) of (TSC, `CLOCK_MONOTONIC`) pairs, so it follows NTP's slew of
 //! `CLOCK_MONOTONIC`; each re-anchoring starts from the old conversion's
 //! value at the anchor (continuous) and slews the rate, clamped to ±1/1024

@@ -693,8 +693,9 @@ impl Writer {
     }
 
     /// One pass: drain events, side records, a sample when due; write.
-    pub(crate) fn cycle(&mut self) {
+    pub(crate) fn cycle(&mut self) -> usize {
         clock::anchor();
+        let mut drained = 0;
         loop {
             self.batch.clear();
             if self.batch.try_reserve(BATCH).is_err() {
@@ -714,6 +715,7 @@ impl Writer {
                 self.event(ev);
             }
             let full = batch.len() == BATCH;
+            drained += batch.len();
             self.batch = batch;
             if !full {
                 break;
@@ -756,6 +758,7 @@ impl Writer {
         if rotate && STATE.load(Ordering::Relaxed) == ON {
             self.rotate();
         }
+        drained
     }
 
     /// Writes the end record of the current file, the lost-event count in
@@ -1151,6 +1154,26 @@ pub(super) fn reserve_frame(record: Option<RecordRef<'_>>) -> IBuf {
     frame
 }
 
+/// The shortest wait between two cycles: `tick` / this.
+const MAX_SPEEDUP: u32 = 64;
+
+/// The writer's wait before its next cycle, after one that drained
+/// `drained` events from a ring of `capacity` events, made during the wait
+/// `prev` before it: the wait in which, at the rate just seen, the ring
+/// fills to a quarter, within `tick / MAX_SPEEDUP..=tick`, and at most
+/// twice `prev` (after a burst the wait grows back over a few cycles, so a
+/// burst that pauses briefly finds the writer still quick). So a log of
+/// steady, slow events is written every `tick`, and a burst that would
+/// fill the ring within a `tick` is drained before it does, instead of
+/// dropped. The hot path is unchanged (no wake-up call, no syscall).
+pub(crate) fn next_wait(prev: Duration, tick: Duration, drained: usize, capacity: usize) -> Duration {
+    let quarter = (capacity / 4).max(1);
+    let shortest = tick / MAX_SPEEDUP;
+    let prev = prev.clamp(shortest, tick);
+    let scaled = prev.mul_f64(quarter as f64 / drained.max(1) as f64);
+    scaled.min(prev * 2).clamp(shortest, tick)
+}
+
 /// The writer thread: a cycle every `tick` until `finish()` asks for the
 /// final work (see `finish.rs`), which it does, then ends.
 pub(crate) fn run(tick: Duration) {
@@ -1161,8 +1184,10 @@ pub(crate) fn run(tick: Duration) {
     let block = sigset(&FAULT_SIGNALS);
     // SAFETY: a valid sigset_t; changes only this thread's mask.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &block, std::ptr::null_mut()) };
+    let capacity = RING.capacity();
+    let mut wait = tick;
     loop {
-        let finish_by = finish::wait(tick);
+        let finish_by = finish::wait(wait);
         // Acquire: the log's state, published with ON by `start`.
         let state = STATE.load(Ordering::Acquire);
         if state == STARTING {
@@ -1175,7 +1200,7 @@ pub(crate) fn run(tick: Duration) {
         let mut guard = WRITER.lock().unwrap_or_else(PoisonError::into_inner);
         match finish_by {
             None => match guard.as_mut() {
-                Some(w) => w.cycle(),
+                Some(w) => wait = next_wait(wait, tick, w.cycle(), capacity),
                 None => return,
             },
             Some(deadline) => {
@@ -1200,6 +1225,43 @@ pub(crate) fn run(tick: Duration) {
 mod tests {
     use super::*;
     use heaptag_format::Event;
+
+    #[test]
+    fn the_writer_waits_a_tick_while_a_cycle_fills_at_most_a_quarter_of_the_ring() {
+        let tick = Duration::from_millis(10);
+        for drained in [0, 1, 100, 8192] {
+            assert_eq!(next_wait(tick, tick, drained, 32768), tick, "{drained}");
+        }
+    }
+
+    #[test]
+    fn a_burst_shortens_the_wait_in_proportion_down_to_a_floor() {
+        let tick = Duration::from_millis(10);
+        // A full ring per tick: the ring would fill to a quarter in a
+        // quarter of the tick.
+        assert_eq!(next_wait(tick, tick, 32768, 32768), tick / 4);
+        // Twice as fast after a wait of a quarter tick: an eighth.
+        assert_eq!(next_wait(tick / 4, tick, 16384, 32768), tick / 8);
+        // Faster than the floor allows: the floor.
+        assert_eq!(next_wait(tick, tick, 1 << 30, 32768), tick / MAX_SPEEDUP);
+        // Never beyond the tick, whatever the wait was.
+        assert_eq!(next_wait(tick * 5, tick, 0, 32768), tick);
+        assert_eq!(next_wait(Duration::ZERO, tick, 1 << 30, 32768), tick / MAX_SPEEDUP);
+    }
+
+    #[test]
+    fn after_a_burst_the_wait_grows_back_by_at_most_doubling() {
+        let tick = Duration::from_millis(10);
+        let mut wait = tick / MAX_SPEEDUP;
+        let mut cycles = 0;
+        while wait < tick {
+            let next = next_wait(wait, tick, 0, 32768);
+            assert!(next <= wait * 2 && next > wait, "{wait:?} -> {next:?}");
+            wait = next;
+            cycles += 1;
+        }
+        assert_eq!(cycles, MAX_SPEEDUP.ilog2());
+    }
 
     /// Events of every ring kind with values of every width.
     fn events(n: u64) -> std::vec::Vec<Event> {
