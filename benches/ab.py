@@ -8,7 +8,8 @@ two builds of `alloc_heaptag` (copy each out of target/release/deps after
 building it). Every round runs jemalloc, then old and new in each mode
 (`off`: HEAPTAG=off, `on`, `log`: HEAPTAG_LOG in a temp dir), in alternating
 order, and prints for each `pairs` row the median of the per-round ratios to
-jemalloc. The runs are `--bench` runs of FILTER (default `pairs`).
+jemalloc, and for each logging variant the events written and dropped.
+The runs are `--bench` runs of FILTER (default `pairs`).
 BENCH_SIZE in the environment limits them to one size.
 """
 import argparse
@@ -36,6 +37,7 @@ for m in a.modes.split(","):
     variants += [(f"old-{m}", a.old, mode_env[m]), (f"new-{m}", a.new, mode_env[m])]
 
 res = collections.defaultdict(list)  # (workload, size, variant) -> [ns]
+logged = collections.defaultdict(lambda: [0, 0])  # variant -> [events written, events dropped]
 for r in range(a.rounds):
     for name, exe, env in variants if r % 2 == 0 else variants[::-1]:
         out = subprocess.run([exe, "--bench", a.filter], env={**os.environ, **env},
@@ -46,6 +48,9 @@ for r in range(a.rounds):
             p = line.split("\t")
             if len(p) == 5 and p[1].startswith("pairs"):
                 res[(p[1], int(p[2]), name)].append(float(p[3]))
+            elif len(p) == 5 and p[1] == "log_bytes_per_event":
+                logged[name][0] += int(p[2])
+                logged[name][1] += int(float(p[4]))
 os.rmdir(logs)
 
 names = [v[0] for v in variants[1:]]
@@ -55,3 +60,7 @@ for w, s in sorted({(w, s) for (w, s, _) in res}):
     je = res[(w, s, "jemalloc")]
     ratios = [statistics.median(x / y for x, y in zip(res[(w, s, n)], je)) for n in names]
     print(f"| {w} | {s} | {statistics.median(je):.2f} | " + " | ".join(f"{x:.3f}" for x in ratios) + " |")
+for n in names:
+    if n in logged:
+        w, d = logged[n]
+        print(f"{n}: {w} events written, {d} dropped at the full queue ({100 * d / max(w + d, 1):.2f}%), all rounds")

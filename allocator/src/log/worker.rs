@@ -1170,8 +1170,11 @@ pub(crate) fn next_wait(prev: Duration, tick: Duration, drained: usize, capacity
     let quarter = (capacity / 4).max(1);
     let shortest = tick / MAX_SPEEDUP;
     let prev = prev.clamp(shortest, tick);
-    let scaled = prev.mul_f64(quarter as f64 / drained.max(1) as f64);
-    scaled.min(prev * 2).clamp(shortest, tick)
+    // (never panics: no product of a wait of at most `tick` and a finite
+    // positive factor is out of range; if one were, the wait is `tick`)
+    let scaled = Duration::try_from_secs_f64(prev.as_secs_f64() * quarter as f64 / drained.max(1) as f64)
+        .unwrap_or(tick);
+    scaled.min(prev.saturating_mul(2)).clamp(shortest, tick)
 }
 
 /// The writer thread: a cycle every `tick` until `finish()` asks for the
