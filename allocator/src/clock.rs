@@ -12,7 +12,7 @@
 //!   `ns = base_ns + ((tsc - base_tsc) * mult) >> 32`.
 //!
 //! The conversion is calibrated and re-anchored by the log writer thread at
-//! every cycle ([`anchor`], every 0.16-10 ms): the rate comes from a long baseline
+//! every cycle ([`anchor`], at most once per 5 ms): the rate comes from a long baseline
 //! (16-32 s) of (TSC, `CLOCK_MONOTONIC`) pairs, so it follows NTP's slew of
 //! `CLOCK_MONOTONIC`; each re-anchoring starts from the old conversion's
 //! value at the anchor (continuous) and slews the rate, clamped to ±1/1024
@@ -125,6 +125,18 @@ pub(crate) fn wall_ns() -> u64 {
 /// (three vDSO reads, and every second a read of the kernel's clock source);
 /// a no-op where the TSC is not used.
 pub(crate) fn anchor() {
+    // At most one re-anchoring per `MIN_BASELINE_NS`, however often the
+    // writer cycles (every 0.16 ms under load): the calibrator checks the
+    // rate over the last interval for a TSC jump only over intervals that
+    // long, so anchors closer together would never check it.
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = read(libc::CLOCK_MONOTONIC);
+    let last = LAST.load(Ordering::Relaxed);
+    if last != 0 && now.saturating_sub(last) < MIN_BASELINE_NS {
+        return;
+    }
+    // Relaxed: only the writer thread anchors; a figure, not a publication.
+    LAST.store(now, Ordering::Relaxed);
     tsc::anchor();
 }
 

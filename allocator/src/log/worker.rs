@@ -737,7 +737,13 @@ impl Writer {
         // Tags retired at an earlier sample whose events are now written.
         self.release_retired(false);
         let now = clock::now_ns();
-        let due = SAMPLE_NOW.swap(false, Ordering::Relaxed) || tag::retire_wanted();
+        // A sample asked for (or a retirement wanted) at most once per
+        // 10 ms (or interval), as when cycles came only that often: under
+        // load the writer cycles every 0.16 ms (`next_wait`), and a sample
+        // reads /proc and visits the dirty tags under the intern lock.
+        let since = now.saturating_sub(self.last_sample_ns);
+        let due = since >= self.interval_ns.min(10_000_000)
+            && (SAMPLE_NOW.swap(false, Ordering::Relaxed) || tag::retire_wanted());
         if due || now.saturating_sub(self.last_sample_ns) >= self.interval_ns {
             self.sample();
             self.send_definitions();
@@ -1172,12 +1178,13 @@ pub(crate) fn next_wait(prev: Duration, tick: Duration, drained: usize, capacity
     let prev = prev.clamp(shortest, tick);
     // (never panics: no product of a wait of at most `tick` and a finite
     // positive factor is out of range; if one were, the wait is `tick`)
-    let scaled = Duration::try_from_secs_f64(prev.as_secs_f64() * quarter as f64 / drained.max(1) as f64)
-        .unwrap_or(tick);
+    let scaled =
+        Duration::try_from_secs_f64(prev.as_secs_f64() * quarter as f64 / drained.max(1) as f64).unwrap_or(tick);
     scaled.min(prev.saturating_mul(2)).clamp(shortest, tick)
 }
 
-/// The writer thread: a cycle every `tick` until `finish()` asks for the
+/// The writer thread: a cycle every `tick` (sooner under load, see
+/// [`next_wait`]) until `finish()` asks for the
 /// final work (see `finish.rs`), which it does, then ends.
 pub(crate) fn run(tick: Duration) {
     let _tag = enter_writer();
