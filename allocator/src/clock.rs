@@ -12,8 +12,8 @@
 //!   `ns = base_ns + ((tsc - base_tsc) * mult) >> 32`.
 //!
 //! The conversion is calibrated and re-anchored by the log writer thread at
-//! every cycle ([`anchor`], at most once per 5 ms): the rate comes from a long baseline
-//! (16-32 s) of (TSC, `CLOCK_MONOTONIC`) pairs, so it follows NTP's slew of
+//! its cycles ([`anchor`], at most once per 5 ms): the rate comes from a
+//! long baseline (16-32 s) of (TSC, `CLOCK_MONOTONIC`) pairs, so it follows NTP's slew of
 //! `CLOCK_MONOTONIC`; each re-anchoring starts from the old conversion's
 //! value at the anchor (continuous) and slews the rate, clamped to ±1/1024
 //! of the base rate, so the remaining offset is gone by the next anchor.

@@ -8,9 +8,9 @@
 //!
 //! The hot path never does I/O and never waits for the writer: a full ring
 //! drops the event and counts it. The writer wakes every 10 ms (or each
-//! sampling interval, if shorter), and sooner while events come fast: back
-//! before the ring, at the rate its last cycle saw, is a quarter full
-//! (`worker::next_wait`). It encodes what it drained into one frame (see `heaptag-format`) and writes
+//! sampling interval, if shorter), and sooner while events come fast (down
+//! to a 64th of that): back before the ring, at the rate its last cycle
+//! saw, is a quarter full (`worker::next_wait`). It encodes what it drained into one frame (see `heaptag-format`) and writes
 //! it with one `write(2)`, so after a crash or SIGKILL the file is readable up
 //! to the last frame written. When a write fails (disk full, I/O error, a
 //! file size limit) the frame's events are counted as dropped, the tag and
