@@ -521,7 +521,9 @@ impl LogConfig {
             }
             let duration = "a duration such as 100ms or 1s";
             if let Some(every) = env_value("HEAPTAG_INTERVAL", duration, heaptag_format::parse_duration)? {
-                c.interval = every;
+                // Through the setter: at least 1 ms, as from code (a 1 us
+                // interval would have the writer sample at every cycle).
+                c = c.interval(every);
             }
             let size = |v: &str| config::parse_size(v.as_bytes());
             if let Some(bytes) = env_value("HEAPTAG_FINGERPRINT_MIN", "a size such as 1M", size)? {
