@@ -330,13 +330,35 @@ pub fn main_with(variant: &str, tags: bool) {
         // 64 MiB written then freed: what a log pays per large block
         // (an event each way, a fingerprint at free).
         let rounds = if o.full { 40 } else { 4 };
+        let mut free_ns = 0.0;
         let start = Instant::now();
         for i in 0..rounds {
             let v = black_box(vec![i as u8; 64 << 20]);
+            let t = Instant::now();
             drop(v);
+            free_ns += t.elapsed().as_nanos() as f64;
         }
         let ns = start.elapsed().as_nanos() as f64;
         out("big", "64MiB".into(), ns / rounds as f64, ns);
+        // The free alone (its event, and with the log its fingerprint):
+        // without the page faults and the memset that make most of a
+        // round, a full fingerprint's cost stands out of the noise.
+        out("big", "64MiB free".into(), free_ns / rounds as f64, free_ns);
+        // The floor of any full-content hash on this machine: one plain
+        // read of a block just written as the rounds above write theirs.
+        let reads = if o.full { 10 } else { 2 };
+        let mut read_ns = 0.0;
+        for i in 0..reads {
+            let v = black_box(vec![i as u8 + 1; 64 << 20]);
+            let t = Instant::now();
+            let sum = v
+                .chunks_exact(8)
+                .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+                .fold(0u64, u64::wrapping_add);
+            read_ns += t.elapsed().as_nanos() as f64;
+            black_box(sum);
+        }
+        out("big", "64MiB read".into(), read_ns / reads as f64, read_ns);
     }
     // C's malloc/free (the `native` feature's cost): through this binary's
     // C malloc, and bare prefixed jemalloc in the same process.

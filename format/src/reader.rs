@@ -724,6 +724,79 @@ impl<R: Read> LogReader<R> {
     }
 }
 
+impl<R: Read> LogReader<R> {
+    /// Hands every remaining record to `f` with its offset, as
+    /// [`next_with`](LogReader::next_with) one at a time would, until `f`
+    /// returns false (then false: the reader stands after that record, and
+    /// reading can go on) or the log ends (true).
+    ///
+    /// Faster for a whole log: the records of a frame are decoded in one
+    /// loop over one cursor, not set up again for each record. Frame
+    /// changes, damage, unknown kinds and records after the `End` record are
+    /// handled as `next_with` handles them (records after `End` are counted,
+    /// never handed to `f`).
+    pub fn for_each_with(&mut self, mut f: impl FnMut(&mut Record, u64) -> bool) -> bool {
+        let version = self.header.version;
+        loop {
+            if self.ended {
+                // (rare: a record after the End record) one at a time,
+                // with next_with's handling.
+                let mut go = true;
+                while go {
+                    match self.next_with(|r, at| f(r, at)) {
+                        Some(g) => go = g,
+                        None => return true,
+                    }
+                }
+                return false;
+            }
+            if self.pos < self.frame_len {
+                let at = (self.frame_base - self.win.base) as usize;
+                let mut c = Cursor::new(
+                    &self.win.held()[at + self.pos..at + self.frame_len],
+                    self.frame_base + self.pos as u64,
+                );
+                let mut stop = false;
+                let mut bad = None;
+                while !c.is_empty() {
+                    let base = c.offset();
+                    let step = |r: &mut Record| (r.kind() == Kind::End, f(r, base));
+                    match Record::decode_known_with(&mut self.deltas, &mut c, version, step) {
+                        Ok(Some((is_end, go))) => {
+                            self.last_record = base;
+                            if is_end || !go {
+                                self.ended |= is_end;
+                                stop = !go;
+                                break;
+                            }
+                        }
+                        Ok(None) => self.unknown += 1,
+                        // (rare: damage inside a checksummed frame)
+                        Err(e) => {
+                            bad = Some((e, base));
+                            break;
+                        }
+                    }
+                }
+                // (after damage, the bad record's start: what it skips
+                // counts from there, as in next_with)
+                let end = bad.as_ref().map_or(c.offset(), |b| b.1);
+                self.pos = (end - self.frame_base) as usize;
+                if let Some((e, _)) = bad {
+                    self.bad_record(e);
+                }
+                if stop {
+                    return false;
+                }
+                continue;
+            }
+            if !self.advance() {
+                return true;
+            }
+        }
+    }
+}
+
 impl<R: Read> Iterator for LogReader<R> {
     type Item = Record;
 

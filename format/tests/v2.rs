@@ -523,20 +523,28 @@ fn an_allocator_log_without_frame_0_is_damaged() {
     assert_eq!(problems, [ProblemKind::MissingFrames { expected: 0, found: 1 }]);
 }
 
-#[test]
-fn next_with_hands_over_what_next_returns_with_the_same_offsets_and_damage() {
-    // Every kind (End last), an unknown kind before them, then a record
-    // after the End record (damage: not used), in two frames.
+/// A log of every kind (End last) in two frames, an unknown kind before
+/// them, then a record after the End record (damage: not used). With
+/// `cut`, a record cut short in the middle of the first frame (damage: the
+/// rest of that frame is skipped), and the bytes that skips. Also every
+/// record, in order.
+fn every_kind_log(cut: bool) -> (Vec<u8>, Vec<Record>, u64) {
     let mut all: Vec<Record> = Kind::ALL.iter().map(|&k| sample(k)).collect();
     all.sort_by_key(|r| r.kind() == Kind::End);
     let mut d = heaptag_format::Deltas::default();
     let mut first = vec![200, 3, 1, 2, 3];
     let mut second = Vec::new();
     let half = all.len() / 2;
+    let mut cut_at = None;
     for (i, r) in all.iter().enumerate() {
         if i == half {
             // The delta state restarts at every frame.
             d = heaptag_format::Deltas::default();
+        }
+        if cut && i == half / 2 {
+            // An Alloc whose one body byte starts a varint that never ends.
+            cut_at = Some(first.len());
+            first.extend_from_slice(&[Kind::Alloc.code(), 1, 0x80]);
         }
         r.encode(&mut d, if i < half { &mut first } else { &mut second });
     }
@@ -544,6 +552,12 @@ fn next_with_hands_over_what_next_returns_with_the_same_offsets_and_damage() {
     let mut bytes = header_bytes();
     frame_with(1, &first, &mut bytes);
     frame_with(2, &second, &mut bytes);
+    (bytes, all, cut_at.map_or(0, |at| (first.len() - at) as u64))
+}
+
+#[test]
+fn next_with_hands_over_what_next_returns_with_the_same_offsets_and_damage() {
+    let (bytes, all, _) = every_kind_log(false);
     let mut a = LogReader::new(&bytes[..]).unwrap();
     let mut by_next = Vec::new();
     while let Some(r) = a.next() {
@@ -569,4 +583,56 @@ fn next_with_hands_over_what_next_returns_with_the_same_offsets_and_damage() {
         b.problems()
     );
     assert!(b.next_with(|_, _| ()).is_none());
+}
+
+#[test]
+fn for_each_with_hands_over_what_next_returns_stopping_and_resuming_anywhere() {
+    let (bytes, all, skipped) = every_kind_log(true);
+    let mut a = LogReader::new(&bytes[..]).unwrap();
+    let mut by_next = Vec::new();
+    while let Some(r) = a.next() {
+        by_next.push((r, a.record_offset()));
+    }
+    assert!(
+        by_next.len() < all.len() - 1,
+        "the damage skipped records: {}",
+        by_next.len()
+    );
+    // Stopping after every `k`th record and going on gives the same.
+    for k in 1..=by_next.len() + 1 {
+        let mut b = LogReader::new(&bytes[..]).unwrap();
+        let mut got = Vec::new();
+        let mut stops = 0;
+        loop {
+            let mut n = 0;
+            let ended = b.for_each_with(|r, at| {
+                got.push((std::mem::replace(r, Record::Pad { len: 0 }), at));
+                n += 1;
+                n < k
+            });
+            if ended {
+                break;
+            }
+            assert_eq!(b.record_offset(), got.last().unwrap().1);
+            stops += 1;
+            assert!(stops <= by_next.len(), "k {k}: no progress");
+        }
+        assert_eq!(got, by_next, "k {k}");
+        assert_eq!(
+            (a.problems(), a.unknown_records(), a.ended()),
+            (b.problems(), b.unknown_records(), b.ended()),
+            "k {k}"
+        );
+        assert!(b.for_each_with(|_, _| panic!("a record after the end")));
+    }
+    assert_eq!(a.unknown_records(), 1);
+    let kinds: Vec<_> = a.problems().iter().map(|p| p.kind.clone()).collect();
+    assert!(
+        matches!(
+            &kinds[..],
+            [ProblemKind::BadRecord(_), ProblemKind::AfterEnd { records: 1 }]
+        ),
+        "{kinds:?}"
+    );
+    assert_eq!(a.problems()[0].skipped, skipped, "skipped from the bad record's start");
 }

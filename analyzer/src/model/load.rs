@@ -129,27 +129,22 @@ impl Model {
             }
             m.seg.first_seen = None;
             let mut progress = Progress::new(path, if stop_at.is_some() { "peak" } else { "replay" });
-            let mut stopped = false;
             // The record stays where the reader decoded it: `apply` reads
-            // it in place (`LogReader::next_with`).
-            while r
-                .next_with(|rec, at| {
-                    m.records += 1;
-                    m.apply(rec);
-                    if m.overflowed && m.overflow_at.is_none() {
-                        m.overflow_at = Some(at);
-                    }
-                })
-                .is_some()
-            {
-                if stop_at == Some(m.records) {
-                    m.attributed_composition = Some(m.compose());
-                    stopped = true;
-                    break;
+            // it in place, the records of a frame in one loop
+            // (`LogReader::for_each_with`).
+            let stopped = !r.for_each_with(|rec, at| {
+                m.records += 1;
+                m.apply(rec);
+                if m.overflowed && m.overflow_at.is_none() {
+                    m.overflow_at = Some(at);
                 }
                 if m.records.is_multiple_of(RECORDS_PER_TICK) {
-                    progress.tick(r.offset());
+                    progress.tick(at);
                 }
+                stop_at != Some(m.records)
+            });
+            if stopped {
+                m.attributed_composition = Some(m.compose());
             }
             progress.done();
             m.flush_carried();
