@@ -128,7 +128,8 @@ def targets(results, med, rounds, rate):
         what = (f"| full fingerprints >= 3x faster than {FULL_FP_BEFORE_S_PER_GIB} s/GiB (`big`: the free of a "
                 f"64 MiB block, log with `HEAPTAG_FINGERPRINT_FULL=1` minus log, median of per-round differences) |")
         floor_note = (f"; a plain read of the same freshly written block takes {floor:.3f} s/GiB on this machine, "
-                      f"the floor of any full-content hash ({FULL_FP_BEFORE_S_PER_GIB / floor:.1f}x)"
+                      f"the floor of any full-content hash (so at most {FULL_FP_BEFORE_S_PER_GIB / floor:.1f}x "
+                      f"faster than {FULL_FP_BEFORE_S_PER_GIB} s/GiB here)"
                       if floor else "")
         if per_gib <= 0:
             # Within the noise: the run cannot tell the hash's cost.

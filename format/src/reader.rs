@@ -369,7 +369,8 @@ impl<R: Read> LogReader<R> {
         self.examined
     }
 
-    /// Byte offset of the record [`next`](Iterator::next) returned last.
+    /// Byte offset of the record [`next`](Iterator::next), `next_with` or
+    /// `for_each_with` handed over last.
     pub fn record_offset(&self) -> u64 {
         self.last_record
     }

@@ -598,9 +598,12 @@ fn for_each_with_hands_over_what_next_returns_stopping_and_resuming_anywhere() {
         "the damage skipped records: {}",
         by_next.len()
     );
-    // Stopping after every `k`th record and going on gives the same.
+    // Stopping after every `k`th record and going on gives the same, and
+    // at each stop the reader stands where `next_with`, called as many
+    // times, leaves one: same offset, problems, unknown kinds, end.
     for k in 1..=by_next.len() + 1 {
         let mut b = LogReader::new(&bytes[..]).unwrap();
+        let mut c = LogReader::new(&bytes[..]).unwrap();
         let mut got = Vec::new();
         let mut stops = 0;
         loop {
@@ -610,13 +613,23 @@ fn for_each_with_hands_over_what_next_returns_stopping_and_resuming_anywhere() {
                 n += 1;
                 n < k
             });
+            for _ in 0..n {
+                assert!(c.next_with(|_, _| ()).is_some(), "k {k}");
+            }
             if ended {
+                assert!(n < k, "k {k}: a stop reported as the end");
                 break;
             }
-            assert_eq!(b.record_offset(), got.last().unwrap().1);
+            assert_eq!(n, k, "k {k}: stopped after {n} records");
             stops += 1;
-            assert!(stops <= by_next.len(), "k {k}: no progress");
+            assert_eq!(b.record_offset(), got.last().unwrap().1);
+            assert_eq!(
+                (b.record_offset(), b.problems(), b.unknown_records(), b.ended()),
+                (c.record_offset(), c.problems(), c.unknown_records(), c.ended()),
+                "k {k}, stop {stops}"
+            );
         }
+        assert_eq!(stops, by_next.len() / k, "k {k}");
         assert_eq!(got, by_next, "k {k}");
         assert_eq!(
             (a.problems(), a.unknown_records(), a.ended()),
