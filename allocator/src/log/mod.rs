@@ -859,8 +859,10 @@ pub fn log_path() -> Option<PathBuf> {
 
 /// Records a named point in the run: a mark record, a fingerprint of every
 /// live tracked block (so duplicates alive at this moment are seen even if
-/// the program never frees them), and an immediate memory sample. Does
-/// nothing when no log is being written.
+/// the program never frees them), and a memory sample at the writer's next
+/// cycle (within 10 ms or the sampling interval, whichever is shorter, of
+/// the previous sample: marks in a tight loop do not make a sample each).
+/// Does nothing when no log is being written.
 pub fn mark(label: &str) {
     if !on() {
         return;

@@ -220,6 +220,10 @@ pub(crate) struct Writer {
     failures: u64,
     interval_ns: u64,
     last_sample_ns: u64,
+    /// A sample the next cycle takes whatever the time since the last one:
+    /// the final one at `finish` (the file's last counters must be the
+    /// process's final figures) and a new segment's first.
+    sample_owed: bool,
     last_dropped: u64,
     symbols: bool,
     events: u64,
@@ -347,6 +351,7 @@ impl Writer {
             failures: 0,
             interval_ns,
             last_sample_ns: 0,
+            sample_owed: false,
             last_dropped: 0,
             symbols: cfg.symbols,
             events: 0,
@@ -741,9 +746,11 @@ impl Writer {
         // 10 ms (or interval), as when cycles came only that often: under
         // load the writer cycles every 0.16 ms (`next_wait`), and a sample
         // reads /proc and visits the dirty tags under the intern lock.
+        // A sample owed (`finish`, a new segment) is taken at once.
         let since = now.saturating_sub(self.last_sample_ns);
-        let due = since >= self.interval_ns.min(10_000_000)
-            && (SAMPLE_NOW.swap(false, Ordering::Relaxed) || tag::retire_wanted());
+        let due = std::mem::take(&mut self.sample_owed)
+            || (since >= self.interval_ns.min(10_000_000)
+                && (SAMPLE_NOW.swap(false, Ordering::Relaxed) || tag::retire_wanted()));
         if due || now.saturating_sub(self.last_sample_ns) >= self.interval_ns {
             self.sample();
             self.send_definitions();
@@ -866,8 +873,9 @@ impl Writer {
         if let Some(seg) = &mut self.seg {
             seg.live = live;
         }
-        // Counters early in the segment, for a reader of it alone.
-        SAMPLE_NOW.store(true, Ordering::Relaxed);
+        // Counters early in the segment (the next cycle), for a reader of
+        // it alone.
+        self.sample_owed = true;
         self.flush();
         let opening = self.bytes;
         if let Some(seg) = &mut self.seg {
@@ -953,7 +961,9 @@ impl Writer {
         // No new events from here on; everything queued before is drained
         // below. AcqRel: as in `finish.rs`.
         let _ = STATE.compare_exchange(ON, CLOSING, Ordering::AcqRel, Ordering::Acquire);
-        SAMPLE_NOW.store(true, Ordering::Relaxed);
+        // The final sample, however recent the last one: the file's last
+        // counters are the process's final figures.
+        self.sample_owed = true;
         self.cycle();
         // A producer that won a cell before CLOSING may not have written it
         // yet (preempted between its CAS and its store): `pop` stops at that
