@@ -70,6 +70,8 @@ SMALL_SIZES = ("16", "64", "256", "1024", "4096")
 # as the `big` workload's log with full fingerprints minus without (whole rounds,
 # on session 36's machine); now measured on the free alone, round by round.
 FULL_FP_BEFORE_S_PER_GIB = 0.17
+# The `big` workload's block, in GiB.
+BIG_GIB = 64 / 1024
 
 
 def targets(results, med, rounds, rate):
@@ -122,9 +124,9 @@ def targets(results, med, rounds, rate):
     if full and len(full) == len(log):
         # Per round, the full variant's free minus heaptag-log's, run right
         # after it: the hash's cost, paired as the per-round ratios are.
-        per_gib = statistics.median((f - l) / 1e9 / (64 / 1024) for f, l in zip(full, log))
+        per_gib = statistics.median((f - l) / 1e9 / BIG_GIB for f, l in zip(full, log))
         reads = results.get(("big", "64MiB read", "jemalloc"), [])
-        floor = statistics.median(reads) / 1e9 / (64 / 1024) if reads else None
+        floor = statistics.median(reads) / 1e9 / BIG_GIB if reads else None
         what = (f"| full fingerprints >= 3x faster than {FULL_FP_BEFORE_S_PER_GIB} s/GiB (`big`: the free of a "
                 f"64 MiB block, log with `HEAPTAG_FINGERPRINT_FULL=1` minus log, median of per-round differences) |")
         floor_note = (f"; a plain read of the same freshly written block takes {floor:.3f} s/GiB on this machine, "
@@ -182,13 +184,14 @@ def build(benches=BENCHES, cwd=None, tools=("heaptag", "synth_log", "fuzz")):
     return {b: built[b] for b in benches}, {t: built[t] for t in tools}
 
 
-def run_once(cmd, env):
-    """Runs one command; returns its result rows and its peak RSS (KiB)."""
+def run_once(cmd, env, ok=(0,)):
+    """Runs one command; returns its result rows and its peak RSS (KiB).
+    An exit code outside `ok` ends the run."""
     proc = subprocess.Popen(cmd, env={**os.environ, **env}, stdout=subprocess.PIPE, text=True)
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)
     code = os.waitstatus_to_exitcode(status)
-    if code != 0:
+    if code not in ok:
         sys.exit(f"run.py: {' '.join(cmd)} exited with {code}")
     rows = []
     for line in out.splitlines():
@@ -249,15 +252,11 @@ def analyzer_rate(tools, quick, label=""):
         best, maxrss = None, 0
         for _ in range(1 if quick else runs):
             t0 = time.monotonic()
-            proc = subprocess.Popen(pin + argv, stdout=subprocess.DEVNULL)
-            _, status, usage = os.wait4(proc.pid, 0)
-            took = time.monotonic() - t0
-            code = os.waitstatus_to_exitcode(status)
             # (check: 1 is a broken rule, a verdict; anything else failed)
-            if code != 0 and not (cmd == "check" and code == 1):
-                sys.exit(f"run.py: {' '.join(argv)} exited with {code}")
+            _, rss = run_once(pin + argv, {}, ok=(0, 1) if cmd == "check" else (0,))
+            took = time.monotonic() - t0
             best = min(best or took, took)
-            maxrss = max(maxrss, usage.ru_maxrss)
+            maxrss = max(maxrss, rss)
         figures.append((cmd, best, events / best, maxrss))
     size = os.path.getsize(log)
     os.remove(log)

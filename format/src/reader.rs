@@ -606,12 +606,12 @@ impl<R: Read> LogReader<R> {
     /// counted, not used.
     #[cold]
     #[inline(never)]
-    fn after_end(&mut self, at: u64, len: u64) {
-        if self.after_end.0 == 0 {
-            self.after_end.1 = at;
+    fn after_end(after: &mut (u64, u64, u64), at: u64, len: u64) {
+        if after.0 == 0 {
+            after.1 = at;
         }
-        self.after_end.0 += 1;
-        self.after_end.2 += len;
+        after.0 += 1;
+        after.2 += len;
     }
 
     fn problem(&mut self, offset: u64, kind: ProblemKind, skipped: u64) {
@@ -668,14 +668,18 @@ impl<R: Read> LogReader<R> {
     /// Reads the next record and hands it to `f` with its byte offset,
     /// where it was decoded: `f`'s result, `None` at the end of the log.
     ///
-    /// The fast way to read a whole log: [`next`](Iterator::next) returns
+    /// Faster than [`next`](Iterator::next), which returns
     /// each record by value, and moving a freshly decoded record costs a
     /// store-forwarding stall (wide loads over the narrow stores that just
     /// wrote it); `f` reads the fields where they were written. `f` may
     /// take the record's strings and lists (`std::mem::take`): the reader
-    /// does not look at the record after `f`.
+    /// does not look at the record after `f`. For a whole log,
+    /// [`for_each_with`](LogReader::for_each_with) is faster still.
     #[inline(always)]
     pub fn next_with<T>(&mut self, f: impl FnOnce(&mut Record, u64) -> T) -> Option<T> {
+        // (the one-record form of `for_each_with`'s loop, kept apart: as a
+        // call of it, `next` costs whole-log readers such as `dump` 9% more
+        // instructions)
         let mut f = Some(f);
         loop {
             if self.pos < self.frame_len {
@@ -704,7 +708,7 @@ impl<R: Read> LogReader<R> {
                                 return Some(out);
                             }
                             None => {
-                                self.after_end(base, used);
+                                Self::after_end(&mut self.after_end, base, used);
                                 continue;
                             }
                         }
@@ -723,34 +727,20 @@ impl<R: Read> LogReader<R> {
             }
         }
     }
-}
 
-impl<R: Read> LogReader<R> {
-    /// Hands every remaining record to `f` with its offset, as
-    /// [`next_with`](LogReader::next_with) one at a time would, until `f`
+    /// Hands every remaining record to `f` with its offset, until `f`
     /// returns false (then false: the reader stands after that record, and
-    /// reading can go on) or the log ends (true).
+    /// reading can go on) or the log ends (true), as
+    /// [`next_with`](LogReader::next_with) called again and again would.
     ///
     /// Faster for a whole log: the records of a frame are decoded in one
     /// loop over one cursor, not set up again for each record. Frame
-    /// changes, damage, unknown kinds and records after the `End` record are
-    /// handled as `next_with` handles them (records after `End` are counted,
-    /// never handed to `f`).
+    /// changes and damage are out of line; unknown kinds are counted and
+    /// skipped; records after the `End` record are counted as damage,
+    /// never handed to `f`.
     pub fn for_each_with(&mut self, mut f: impl FnMut(&mut Record, u64) -> bool) -> bool {
         let version = self.header.version;
         loop {
-            if self.ended {
-                // (rare: a record after the End record) one at a time,
-                // with next_with's handling.
-                let mut go = true;
-                while go {
-                    match self.next_with(|r, at| f(r, at)) {
-                        Some(g) => go = g,
-                        None => return true,
-                    }
-                }
-                return false;
-            }
             if self.pos < self.frame_len {
                 let at = (self.frame_base - self.win.base) as usize;
                 let mut c = Cursor::new(
@@ -761,16 +751,21 @@ impl<R: Read> LogReader<R> {
                 let mut bad = None;
                 while !c.is_empty() {
                     let base = c.offset();
-                    let step = |r: &mut Record| (r.kind() == Kind::End, f(r, base));
+                    let ended = self.ended;
+                    // `None` from the closure: a record after the End record
+                    // (not used); else whether it is the End record, and
+                    // whether `f` wants more.
+                    let step = |r: &mut Record| (!ended).then(|| (r.kind() == Kind::End, f(r, base)));
                     match Record::decode_known_with(&mut self.deltas, &mut c, version, step) {
-                        Ok(Some((is_end, go))) => {
+                        Ok(Some(Some((is_end, go)))) => {
                             self.last_record = base;
-                            if is_end || !go {
-                                self.ended |= is_end;
-                                stop = !go;
+                            self.ended |= is_end;
+                            if !go {
+                                stop = true;
                                 break;
                             }
                         }
+                        Ok(Some(None)) => Self::after_end(&mut self.after_end, base, c.offset() - base),
                         Ok(None) => self.unknown += 1,
                         // (rare: damage inside a checksummed frame)
                         Err(e) => {
@@ -780,7 +775,7 @@ impl<R: Read> LogReader<R> {
                     }
                 }
                 // (after damage, the bad record's start: what it skips
-                // counts from there, as in next_with)
+                // counts from there)
                 let end = bad.as_ref().map_or(c.offset(), |b| b.1);
                 self.pos = (end - self.frame_base) as usize;
                 if let Some((e, _)) = bad {

@@ -751,7 +751,7 @@ impl Writer {
         let due = std::mem::take(&mut self.sample_owed)
             || (since >= self.interval_ns.min(10_000_000)
                 && (SAMPLE_NOW.swap(false, Ordering::Relaxed) || tag::retire_wanted()));
-        if due || now.saturating_sub(self.last_sample_ns) >= self.interval_ns {
+        if due || since >= self.interval_ns {
             self.sample();
             self.send_definitions();
         }
